@@ -1,0 +1,64 @@
+"""Hardware facts the pool description refers to by name.
+
+These are properties of products, not of a pool, so they live in code: a description
+names `h100` or `p5.48xlarge` and gpupool knows what that means.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    name: str
+    product: str  # what nvidia-smi / NVML report, used by the acceptance gate
+    memory_gib: tuple[int, ...]  # memory sizes the model ships with
+    # Burn-in floors for the acceptance gate: a healthy card of this model does better.
+    min_bf16_tflops: float
+    min_mem_bw_gbps: float
+    mig_capable: bool
+
+
+GPU_MODELS: dict[str, GpuModel] = {
+    m.name: m
+    for m in (
+        GpuModel("h200", "NVIDIA H200", (141,), 600.0, 3800.0, True),
+        GpuModel("h100", "NVIDIA H100 80GB HBM3", (80, 94), 550.0, 2600.0, True),
+        GpuModel("a100", "NVIDIA A100-SXM4-80GB", (40, 80), 230.0, 1500.0, True),
+        GpuModel("l40s", "NVIDIA L40S", (48,), 250.0, 700.0, False),
+        GpuModel("l4", "NVIDIA L4", (24,), 90.0, 230.0, False),
+        GpuModel("a10g", "NVIDIA A10G", (24,), 50.0, 480.0, False),
+    )
+}
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    name: str
+    gpu_model: str
+    gpus: int
+    gpu_memory_gib: int
+    vcpus: int
+    memory_gib: int
+    efa_interfaces: int  # 0: no EFA support
+
+
+INSTANCE_TYPES: dict[str, InstanceType] = {
+    t.name: t
+    for t in (
+        InstanceType("p5en.48xlarge", "h200", 8, 141, 192, 2048, 16),
+        InstanceType("p5e.48xlarge", "h200", 8, 141, 192, 2048, 32),
+        InstanceType("p5.48xlarge", "h100", 8, 80, 192, 2048, 32),
+        InstanceType("p4de.24xlarge", "a100", 8, 80, 96, 1152, 4),
+        InstanceType("p4d.24xlarge", "a100", 8, 40, 96, 1152, 4),
+        InstanceType("g6e.48xlarge", "l40s", 8, 48, 192, 1536, 1),
+        InstanceType("g6e.24xlarge", "l40s", 4, 48, 96, 768, 2),
+        InstanceType("g6e.12xlarge", "l40s", 4, 48, 48, 384, 1),
+        InstanceType("g6e.xlarge", "l40s", 1, 48, 4, 32, 0),
+        InstanceType("g6.24xlarge", "l4", 4, 24, 96, 384, 0),
+        InstanceType("g6.12xlarge", "l4", 4, 24, 48, 192, 0),
+        InstanceType("g6.xlarge", "l4", 1, 24, 4, 16, 0),
+        InstanceType("g5.12xlarge", "a10g", 4, 24, 48, 192, 0),
+    )
+}

@@ -1,0 +1,278 @@
+"""The pool description: the one source of truth every other part of gpupool derives from.
+
+The schema checks types and ranges of each field; rules.py checks how fields relate.
+Named things are mappings keyed by name, so a name is unique by construction and error
+paths read `nodes.gpu-a1.rack` rather than `nodes[7].rack`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+
+# A DNS-1123 label: valid as a hostname, a Slurm node/account name and a Kubernetes name.
+NAME_RE = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
+Name = Annotated[str, StringConstraints(pattern=NAME_RE)]
+# Unix user names of team members.
+USER_RE = r"^[a-z_][a-z0-9_-]{0,31}$"
+User = Annotated[str, StringConstraints(pattern=USER_RE)]
+# An exact version: digits and dots with an optional suffix; no wildcards, ranges or "latest".
+VERSION_RE = r"^v?\d+(\.\d+){1,3}([-+~][0-9A-Za-z.+~-]+)?$"
+Version = Annotated[str, StringConstraints(pattern=VERSION_RE)]
+DURATION_RE = r"^\d+[smhd]$"
+Duration = Annotated[str, StringConstraints(pattern=DURATION_RE)]
+
+_DURATION_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration_seconds(value: str) -> int:
+    """'90m' -> 5400."""
+    return int(value[:-1]) * _DURATION_SECONDS[value[-1]]
+
+
+def duration_minutes(value: str) -> int:
+    """Slurm time limits are whole minutes; round up so a limit is never shortened."""
+    return max(1, -(-duration_seconds(value) // 60))
+
+
+def _network(value: str) -> str:
+    # strict: a CIDR with host bits set is a typo more often than an intent.
+    return str(ipaddress.ip_network(value, strict=True))
+
+
+def _address(value: str) -> str:
+    return str(ipaddress.ip_address(value))
+
+
+Cidr = Annotated[str, AfterValidator(_network)]
+Address = Annotated[str, AfterValidator(_address)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+Region = Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")]
+CostCentre = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][-A-Za-z0-9_]{1,63}$")]
+
+
+class Pool(Strict):
+    name: Name
+    environment: Annotated[str, StringConstraints(pattern=r"^(lab|production)$")]
+    cost_centre: CostCentre
+    # Home region of the pool's cloud storage (buckets, key, scratch file system).
+    cloud_region: Region
+    domain: Annotated[str, StringConstraints(pattern=r"^[a-z0-9.-]+$")] = "pool.internal"
+
+
+class LeafSwitch(Strict):
+    racks: Annotated[list[Name], Field(min_length=1)]
+
+
+class Site(Strict):
+    leaf_switches: Annotated[dict[Name, LeafSwitch], Field(min_length=1)]
+
+
+class Interconnect(StrEnum):
+    PCIE = "pcie"
+    NVLINK = "nvlink"
+    NVSWITCH = "nvswitch"
+
+
+class MigStrategy(StrEnum):
+    NONE = "none"
+    SINGLE = "single"
+    MIXED = "mixed"
+
+
+class Gpu(Strict):
+    model: str
+    count: Annotated[int, Field(ge=1, le=16)]
+    memory_gib: Annotated[int, Field(ge=1, le=1024)]
+    interconnect: Interconnect = Interconnect.PCIE
+    mig_strategy: MigStrategy = MigStrategy.NONE
+    # MIG profile -> instances per GPU, e.g. {"1g.10gb": 7}
+    mig_profiles: dict[Annotated[str, StringConstraints(pattern=r"^\dg\.\d+gb$")],
+                       Annotated[int, Field(ge=1, le=7)]] = {}
+
+
+class NicType(StrEnum):
+    ETHERNET = "ethernet"
+    RDMA = "rdma"
+    EFA = "efa"
+
+
+class Nic(Strict):
+    type: NicType
+    count: Annotated[int, Field(ge=1, le=32)]
+    speed_gbps: Annotated[int, Field(ge=1, le=3200)]
+
+
+class Nvme(Strict):
+    count: Annotated[int, Field(ge=0, le=32)] = 0
+    size_gib: Annotated[int, Field(ge=0)] = 0
+
+
+class NodeClass(Strict):
+    description: str = ""
+    gpu: Gpu | None = None
+    nics: list[Nic] = []
+    cpus: Annotated[int, Field(ge=1, le=4096)]
+    memory_gib: Annotated[int, Field(ge=1, le=65536)]
+    nvme: Nvme = Nvme()
+
+
+class NodeRole(StrEnum):
+    COMPUTE = "compute"
+    CONTROLLER = "controller"
+    LOGIN = "login"
+
+
+class Node(Strict):
+    class_: str = Field(alias="class")
+    rack: str
+    roles: Annotated[list[NodeRole], Field(min_length=1)] = [NodeRole.COMPUTE]
+    # The team a node was historically pinned to; the baseline policy replays that.
+    owner_team: str | None = None
+    addresses: Annotated[dict[str, Address], Field(min_length=1)]
+
+
+class Capacity(StrEnum):
+    SPOT = "spot"
+    ON_DEMAND = "on-demand"
+
+
+class BurstGroup(Strict):
+    region: Region
+    availability_zones: Annotated[list[Annotated[str, StringConstraints(
+        pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")]], Field(min_length=1)]
+    instance_types: Annotated[list[str], Field(min_length=1)]
+    capacity: Annotated[list[Capacity], Field(min_length=1)]
+    on_demand_base: Annotated[int, Field(ge=0)] = 0
+    min_nodes: Annotated[int, Field(ge=0)] = 0
+    max_nodes: Annotated[int, Field(ge=0, le=1000)]
+    efa: bool = False
+    team: str | None = None  # None: shared by every team
+
+
+class Role(StrEnum):
+    RESEARCHER = "researcher"
+    ONCALL = "oncall"
+    CONTRACTOR = "contractor"
+    ADMIN = "admin"
+
+
+class Team(Strict):
+    cost_centre: CostCentre
+    quota: Annotated[dict[str, Annotated[int, Field(ge=0)]], Field(min_length=1)]
+    borrowing_limit: dict[str, Annotated[int, Field(ge=0)]] = {}
+    members: dict[Role, list[User]] = {}
+
+
+class TaskClass(Strict):
+    priority: Annotated[int, Field(ge=1, le=1_000_000)]
+    max_runtime: Duration
+    preemptible: bool
+    grace_time: Duration = "0s"
+    requeue: bool = False
+    preempts: list[str] = []
+    description: str = ""
+
+
+class Purpose(StrEnum):
+    SCRATCH = "scratch"
+    DATASETS = "datasets"
+    CHECKPOINTS = "checkpoints"
+    ARCHIVE = "archive"
+
+
+class Temperature(StrEnum):
+    HOT = "hot"
+    WARM = "warm"
+    ARCHIVE = "archive"
+
+
+class FsType(StrEnum):
+    LOCAL = "local"
+    NFS = "nfs"
+    LUSTRE = "lustre"
+    OBJECT = "object"
+
+
+class Mount(Strict):
+    path: Annotated[str, StringConstraints(pattern=r"^/[-A-Za-z0-9_./]*$")]
+    fstype: FsType
+    source: str = ""
+    options: list[str] = []
+
+
+class Transition(Strict):
+    after_days: Annotated[int, Field(ge=1)]
+    temperature: Temperature
+
+
+class StorageTier(Strict):
+    purpose: Purpose
+    temperature: Temperature
+    size_tib: Annotated[float, Field(gt=0, le=100_000)]
+    retention_days: Annotated[int, Field(ge=1, le=36500)]
+    mount: Mount | None = None
+    versioning: bool = False
+    lifecycle: list[Transition] = []
+
+
+class Segment(Strict):
+    cidr: Cidr
+    cloud_cidr: Cidr | None = None
+    vlan: Annotated[int, Field(ge=1, le=4094)]
+    mtu: Annotated[int, Field(ge=1280, le=9216)] = 1500
+    rdma: bool = False
+
+
+class Flow(Strict):
+    from_: str = Field(alias="from")
+    to: str
+    protocol: Annotated[str, StringConstraints(pattern=r"^(tcp|udp|all)$")]
+    ports: list[Annotated[int, Field(ge=1, le=65535)]] = []
+    description: str = ""
+
+
+class Network(Strict):
+    admin_cidrs: Annotated[list[Cidr], Field(min_length=1)]
+    segments: Annotated[dict[str, Segment], Field(min_length=1)]
+    flows: list[Flow] = []
+
+
+class Software(Strict):
+    nvidia_driver: Version
+    cuda: Version
+    container_toolkit: Version
+    dcgm: Version
+    nccl: Version
+    gpu_operator: Version
+    slurm: Version
+    blocklist: dict[str, list[str]] = {}
+
+
+class Description(Strict):
+    """A whole pool. `version` is the schema version, for migrations."""
+
+    version: Annotated[int, Field(ge=1, le=1)]
+    pool: Pool
+    sites: Annotated[dict[Name, Site], Field(min_length=1)]
+    node_classes: Annotated[dict[Name, NodeClass], Field(min_length=1)]
+    nodes: Annotated[dict[Name, Node], Field(min_length=1)]
+    burst_groups: dict[Name, BurstGroup] = {}
+    teams: Annotated[dict[Name, Team], Field(min_length=1)]
+    task_classes: Annotated[dict[Name, TaskClass], Field(min_length=1)]
+    storage_tiers: Annotated[dict[Name, StorageTier], Field(min_length=1)]
+    network: Network
+    software: Software
+
+
+SEGMENT_NAMES = ("training", "storage", "management")
+RE_NAME = re.compile(NAME_RE)
