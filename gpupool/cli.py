@@ -142,13 +142,12 @@ def report_invalid(exc: DescriptionError, as_json: bool) -> int:
         emit_json({"valid": False, "source": exc.source,
                    "problems": [p.as_dict() for p in exc.problems]})
     else:
-        table = Table(title=f"{exc.source}: {len(exc.problems)} problem(s); nothing was "
-                      "changed", title_justify="left")
-        for c in ("field", "rule", "problem", "value"):
-            table.add_column(c, overflow="fold")
+        # One line per problem: readable, and greppable in CI logs.
+        err.print(f"[bold red]invalid[/]: {exc.source}: {len(exc.problems)} problem(s); "
+                  "nothing was changed", highlight=False)
         for p in exc.problems:
-            table.add_row(p.path, p.rule, p.message, repr(p.value))
-        err.print(table)
+            err.print(f"  [bold]{p.path}[/]: [yellow]\\[{p.rule}][/] {p.message} "
+                      f"(got {p.value!r})", highlight=False, soft_wrap=True)
     return EXIT_INVALID
 
 

@@ -71,10 +71,10 @@ def burst_capacity_split(group: BurstGroup) -> dict[str, int]:
 def gpu_capacity(desc: Description) -> dict[str, dict[str, int]]:
     """GPUs per model and capacity type (on-prem, on-demand, spot)."""
     cap: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(CAPACITY_TYPES, 0))
-    for name in gpu_nodes(desc):
-        gpu = node_class(desc, name).gpu
-        assert gpu is not None
-        cap[gpu.model][ONPREM] += gpu.count
+    for node in desc.nodes.values():
+        gpu = desc.node_classes[node.class_].gpu
+        if gpu is not None and NodeRole.COMPUTE in node.roles:
+            cap[gpu.model][ONPREM] += gpu.count
     for group in desc.burst_groups.values():
         per_node = burst_gpus_per_node(group)
         for kind, nodes in burst_capacity_split(group).items():

@@ -8,10 +8,10 @@ The Pulumi program, the CLI and the tests all resolve it through `description_pa
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from gpupool import rules
 from gpupool.errors import DescriptionError, Problem
@@ -92,12 +92,36 @@ def _problem(err: Any) -> Problem:
     return Problem(_path(loc) or "(top)", kind.replace("_", "-"), message, err.get("input"))
 
 
+def _valid_sections(data: dict[str, Any]) -> tuple[Description, frozenset[str]]:
+    """The well-typed top-level sections of an invalid description, as a partial model."""
+    sections: dict[str, Any] = {}
+    for name, field in Description.model_fields.items():
+        if name not in data and field.is_required():
+            continue
+        try:
+            annotation = (Annotated[field.annotation, *field.metadata] if field.metadata
+                          else field.annotation)
+            adapter: TypeAdapter[Any] = TypeAdapter(annotation)
+            sections[name] = adapter.validate_python(data.get(name, field.default))
+        except ValidationError:
+            continue
+    return Description.model_construct(**sections), frozenset(sections)
+
+
 def parse(data: Any, source: str = "<description>") -> Description:
-    """Validate data; raise DescriptionError listing every problem."""
+    """Validate data; raise DescriptionError listing every problem.
+
+    Relational rules still run over the sections that are well-typed when others are not,
+    so a single run reports everything that can be known.
+    """
     try:
         desc = Description.model_validate(data)
     except ValidationError as exc:
-        raise DescriptionError(source, [_problem(e) for e in exc.errors()]) from None
+        problems = [_problem(e) for e in exc.errors()]
+        if isinstance(data, dict):
+            partial, valid = _valid_sections(data)
+            problems += rules.check(partial, valid)
+        raise DescriptionError(source, problems) from None
     problems = rules.check(desc)
     if problems:
         raise DescriptionError(source, problems)
@@ -106,7 +130,7 @@ def parse(data: Any, source: str = "<description>") -> Description:
 
 def load_file(path: Path) -> Description:
     try:
-        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 - safe subclass
+        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except OSError as exc:
         raise DescriptionError(str(path), [Problem("(file)", "readable", exc.strerror or "",
                                                    str(path))]) from None

@@ -27,21 +27,29 @@ from gpupool.model import (
 )
 
 Rule = Callable[[Description], Iterator[Problem]]
-RULES: list[Rule] = []
+# Each rule with the top-level sections it reads: it runs whenever those are well-typed,
+# even if other sections are not, so one run reports as much as can be known.
+RULES: list[tuple[frozenset[str], Rule]] = []
 
 _COLDNESS = {Temperature.HOT: 0, Temperature.WARM: 1, Temperature.ARCHIVE: 2}
 
 
-def rule(fn: Rule) -> Rule:
-    RULES.append(fn)
-    return fn
+def rule(*needs: str) -> Callable[[Rule], Rule]:
+    def register(fn: Rule) -> Rule:
+        RULES.append((frozenset(needs), fn))
+        return fn
+
+    return register
 
 
-def check(desc: Description) -> list[Problem]:
-    return [p for r in RULES for p in r(desc)]
+def check(desc: Description, valid_sections: frozenset[str] | None = None) -> list[Problem]:
+    """Run every rule whose sections are valid (all of them when valid_sections is None)."""
+    return [p for needs, fn in RULES
+            if valid_sections is None or needs <= valid_sections
+            for p in fn(desc)]
 
 
-@rule
+@rule("sites")
 def topology(desc: Description) -> Iterator[Problem]:
     seen: dict[str, str] = {}
     for site, s in desc.sites.items():
@@ -58,7 +66,7 @@ def topology(desc: Description) -> Iterator[Problem]:
                 seen[rack] = where
 
 
-@rule
+@rule("node_classes")
 def node_classes(desc: Description) -> Iterator[Problem]:
     for name, nc in desc.node_classes.items():
         if nc.gpu is None:
@@ -86,7 +94,7 @@ def node_classes(desc: Description) -> Iterator[Problem]:
                           "mig_strategy single allows one profile", dict(nc.gpu.mig_profiles))
 
 
-@rule
+@rule("nodes", "sites", "node_classes", "teams")
 def nodes(desc: Description) -> Iterator[Problem]:
     racks = rack_places(desc)
     controllers = [n for n, node in desc.nodes.items() if NodeRole.CONTROLLER in node.roles]
@@ -108,7 +116,7 @@ def nodes(desc: Description) -> Iterator[Problem]:
                           [r.value for r in node.roles])
 
 
-@rule
+@rule("nodes", "network")
 def addresses(desc: Description) -> Iterator[Problem]:
     owner: dict[str, str] = {}
     segments = desc.network.segments
@@ -135,7 +143,7 @@ def addresses(desc: Description) -> Iterator[Problem]:
             owner[addr] = path
 
 
-@rule
+@rule("network", "burst_groups")
 def network(desc: Description) -> Iterator[Problem]:
     net = desc.network
     for required in SEGMENT_NAMES:
@@ -174,7 +182,7 @@ def network(desc: Description) -> Iterator[Problem]:
                           "tcp and udp flows must list their ports", [])
 
 
-@rule
+@rule("burst_groups", "storage_tiers", "task_classes", "teams")
 def burst_groups(desc: Description) -> Iterator[Problem]:
     has_checkpoints = any(t.purpose is Purpose.CHECKPOINTS for t in desc.storage_tiers.values())
     requeue_classes = [n for n, c in desc.task_classes.items() if c.preemptible and c.requeue]
@@ -225,7 +233,7 @@ def burst_groups(desc: Description) -> Iterator[Problem]:
                               "spot")
 
 
-@rule
+@rule("teams", "burst_groups", "node_classes", "nodes", "sites")
 def teams(desc: Description) -> Iterator[Problem]:
     if any(t not in INSTANCE_TYPES for g in desc.burst_groups.values() for t in g.instance_types):
         return  # capacity is unknown until the burst groups are fixed
@@ -264,7 +272,7 @@ def teams(desc: Description) -> Iterator[Problem]:
                           f"{capacity[model]} {model} GPUs; declare borrowing instead", total)
 
 
-@rule
+@rule("task_classes")
 def task_classes(desc: Description) -> Iterator[Problem]:
     classes = desc.task_classes
     prio: dict[int, str] = {}
@@ -298,7 +306,7 @@ def task_classes(desc: Description) -> Iterator[Problem]:
                               f"{tc.priority}", victim)
 
 
-@rule
+@rule("storage_tiers")
 def storage(desc: Description) -> Iterator[Problem]:
     mounts: dict[str, str] = {}
     for name, tier in desc.storage_tiers.items():
@@ -326,7 +334,7 @@ def storage(desc: Description) -> Iterator[Problem]:
             mounts[tier.mount.path] = name
 
 
-@rule
+@rule("software")
 def software(desc: Description) -> Iterator[Problem]:
     sw = desc.software
     locked = sw.model_dump(exclude={"blocklist"})

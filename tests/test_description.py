@@ -1,0 +1,87 @@
+"""The pool description: shipped stacks validate, malformed ones fail with exact errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpupool import cli, loader
+from gpupool.errors import DescriptionError
+from gpupool.facts import gpu_capacity
+from tests.conftest import ROOT, mutate, raw_stack
+
+CASES = yaml.safe_load((Path(__file__).parent / "corpus" / "malformed.yaml").read_text())
+
+
+@pytest.mark.parametrize("stack", ["lab", "example"])
+def test_shipped_stacks_are_valid(stack: str) -> None:
+    desc = loader.load_stack(stack, ROOT)
+    assert desc.pool.environment == ("lab" if stack == "lab" else "production")
+
+
+def test_example_capacity_is_derived_from_nodes_and_burst_groups() -> None:
+    desc = loader.load_stack("example", ROOT)
+    # 16 HGX nodes x 8 on-prem; 6 p5 x 8 burst of which 1 node on-demand.
+    assert gpu_capacity(desc)["h100"] == {"on-prem": 128, "on-demand": 8, "spot": 40}
+    assert gpu_capacity(desc)["l40s"] == {"on-prem": 24, "on-demand": 0, "spot": 16}
+
+
+def test_corpus_is_large_enough() -> None:
+    assert len(CASES) >= 25
+    assert len({c["name"] for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_malformed_description_is_rejected_exactly(case: dict[str, Any]) -> None:
+    data = mutate(raw_stack(case.get("base", "lab")), case["ops"])
+    with pytest.raises(DescriptionError) as info:
+        loader.parse(data, case["name"])
+    got = sorted([p.path, p.rule, p.value] for p in info.value.problems)
+    assert got == sorted(case["expect"]), "\n".join(str(p) for p in info.value.problems)
+    for p in info.value.problems:
+        assert p.message, p
+
+
+def test_duplicate_yaml_key_is_an_error(tmp_path: Path) -> None:
+    text = loader.description_path("lab", ROOT).read_text()
+    text = text.replace("  lab-gpu2:\n", "  lab-gpu1:\n", 1)
+    path = tmp_path / "dup.yaml"
+    path.write_text(text)
+    with pytest.raises(DescriptionError) as info:
+        loader.load_file(path)
+    (problem,) = info.value.problems
+    assert problem.rule == "yaml"
+    assert "duplicate key 'lab-gpu1'" in problem.message
+
+
+def test_unknown_stack_names_the_stack() -> None:
+    with pytest.raises(DescriptionError) as info:
+        loader.load_stack("nope", ROOT)
+    assert [(p.path, p.rule, p.value) for p in info.value.problems] == [
+        ("stack", "stack-exists", "nope")]
+
+
+def test_cli_invalid_exits_nonzero_and_writes_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = mutate(raw_stack("lab"), [{"set": "nodes.lab-gpu1.rack", "value": "r9"},
+                                    {"set": "software.cuda", "value": "12.x"}])
+    src = tmp_path / "bad.yaml"
+    src.write_text(yaml.safe_dump(bad))
+    target = tmp_path / "inventory.yml"
+    assert cli.main(["inventory", "--file", str(src), "-o", str(target)]) == cli.EXIT_INVALID
+    assert not target.exists()
+    assert cli.main(["validate", "--file", str(src), "--json"]) == cli.EXIT_INVALID
+    report = json.loads(capsys.readouterr().out)
+    assert report["valid"] is False
+    assert {(p["path"], p["rule"]) for p in report["problems"]} == {
+        ("nodes.lab-gpu1.rack", "rack-exists"), ("software.cuda", "pinned-version")}
+
+
+def test_cli_validate_accepts_shipped_stacks(capsys: pytest.CaptureFixture[str]) -> None:
+    for stack in ("lab", "example"):
+        assert cli.main(["validate", "--stack", stack, "--json"]) == cli.EXIT_OK
+        assert json.loads(capsys.readouterr().out)["valid"] is True

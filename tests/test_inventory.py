@@ -1,0 +1,67 @@
+"""The Ansible inventory and the summary are derived from the description alone."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpupool import cli, loader
+from tests.conftest import ROOT
+
+VENV_BIN = Path(ROOT / ".venv" / "bin")
+
+
+def _graph(inv: Path) -> str:
+    return subprocess.run([VENV_BIN / "ansible-inventory", "-i", str(inv), "--graph"],
+                          check=True, capture_output=True, text=True).stdout
+
+
+def _list(inv: Path) -> dict:
+    return json.loads(subprocess.run([VENV_BIN / "ansible-inventory", "-i", str(inv), "--list"],
+                                     check=True, capture_output=True, text=True).stdout)
+
+
+@pytest.mark.parametrize("stack", ["lab", "example"])
+def test_inventory_drives_ansible_inventory(stack: str, tmp_path: Path) -> None:
+    inv = tmp_path / "inventory.yml"
+    assert cli.main(["inventory", "--stack", stack, "-o", str(inv)]) == cli.EXIT_OK
+    desc = loader.load_stack(stack, ROOT)
+    graph = _graph(inv)
+    listed = _list(inv)
+    hostvars = listed["_meta"]["hostvars"]
+    assert set(hostvars) == set(desc.nodes)
+    for name, node in desc.nodes.items():
+        assert hostvars[name]["ansible_host"] == node.addresses["management"]
+        assert hostvars[name]["gpupool_node"]["rack"] == node.rack
+        assert name in listed[f"rack_{node.rack}"]["hosts"]
+        assert name in listed[f"class_{node.class_.replace('-', '_')}"]["hosts"]
+        assert f"--{name}" in graph
+    assert hostvars[next(iter(desc.nodes))]["gpupool_software"]["nvidia_driver"] == \
+        desc.software.nvidia_driver
+
+
+def test_lab_inventory_groups(tmp_path: Path) -> None:
+    inv = tmp_path / "inventory.yml"
+    cli.main(["inventory", "--stack", "lab", "-o", str(inv)])
+    listed = _list(inv)
+    assert listed["role_controller"]["hosts"] == ["lab-ctl"]
+    assert sorted(listed["role_compute"]["hosts"]) == ["lab-gpu1", "lab-gpu2", "lab-gpu3"]
+    assert sorted(listed["leaf_leaf1"]["hosts"]) == ["lab-ctl", "lab-gpu1", "lab-gpu2"]
+    assert listed["team_nlp"]["hosts"] == ["lab-gpu3"]
+    assert sorted(listed["gpu_l4"]["hosts"]) == ["lab-gpu1", "lab-gpu2", "lab-gpu3"]
+    assert "burst_l4_burst" in _graph(inv)
+
+
+def test_show_totals(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["show", "--stack", "example", "--json"]) == cli.EXIT_OK
+    s = json.loads(capsys.readouterr().out)
+    assert s["capacity_totals"] == {"on-prem": 152, "on-demand": 8, "spot": 56, "total": 216}
+    assert s["quota_totals"] == {"h100": 136, "l40s": 32}
+    assert s["unassigned"] == {"h100": 40, "l40s": 8}
+    assert [c["class"] for c in s["task_classes"]] == ["interactive", "training", "deferred"]
+    assert cli.main(["show", "--stack", "example"]) == cli.EXIT_OK
+    human = capsys.readouterr().out
+    assert "GPU capacity of pool prod" in human and "Team quotas" in human
