@@ -7,7 +7,9 @@ Every subcommand takes --json for machine-readable output on stdout.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import pkgutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -124,7 +126,16 @@ def cmd_inventory(args: argparse.Namespace, desc: Description) -> int:
     return EXIT_OK
 
 
+def _load_command_modules() -> None:
+    """Subcommands beyond the core ones live in gpupool/commands/, one module each."""
+    import gpupool.commands as pkg  # noqa: PLC0415 - importing registers the commands
+
+    for mod in pkgutil.iter_modules(pkg.__path__):
+        importlib.import_module(f"{pkg.__name__}.{mod.name}")
+
+
 def build_parser() -> argparse.ArgumentParser:
+    _load_command_modules()
     parser = argparse.ArgumentParser(prog="gpupool", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_, _, setup) in COMMANDS.items():
