@@ -1,0 +1,117 @@
+"""Parsers for what NVIDIA's tools print; pure functions so they are tested on recorded
+outputs without a GPU."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+# Queried in this order with --format=csv,noheader,nounits.
+QUERY_FIELDS = (
+    "index", "name", "uuid", "memory.total", "driver_version", "ecc.mode.current",
+    "ecc.errors.uncorrected.volatile.total", "retired_pages.pending",
+    "remapped_rows.pending", "remapped_rows.failure", "persistence_mode",
+    "pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current",
+    "pcie.link.width.max", "clocks_event_reasons.active", "temperature.gpu",
+)
+QUERY_COMMAND = ("nvidia-smi --query-gpu=" + ",".join(QUERY_FIELDS)
+                 + " --format=csv,noheader,nounits")
+
+# Throttle reasons that mean trouble (bitmask from nvml.h); idle and power-cap reasons are
+# normal on a healthy card.
+BAD_THROTTLE = {
+    0x8: "hw_slowdown",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+}
+
+
+@dataclass(frozen=True)
+class GpuState:
+    index: int
+    name: str
+    uuid: str
+    memory_mib: int
+    driver: str
+    ecc_enabled: bool | None
+    uncorrected_ecc: int | None
+    retired_pending: bool | None
+    remap_pending: bool | None
+    remap_failed: bool | None
+    persistence: bool
+    pcie_gen: int | None
+    pcie_gen_max: int | None
+    pcie_width: int | None
+    pcie_width_max: int | None
+    throttle_mask: int
+    temperature_c: int | None
+
+    @property
+    def bad_throttle(self) -> list[str]:
+        return [name for bit, name in BAD_THROTTLE.items() if self.throttle_mask & bit]
+
+
+def _num(value: str) -> int | None:
+    value = value.strip()
+    return None if value in ("[N/A]", "N/A", "[Not Supported]", "") else int(value, 0)
+
+
+def _flag(value: str, yes: str = "Yes") -> bool | None:
+    value = value.strip()
+    return None if value in ("[N/A]", "N/A", "[Not Supported]") else value in (yes, "Enabled")
+
+
+def parse_query(text: str) -> list[GpuState]:
+    gpus = []
+    for line in text.strip().splitlines():
+        f = [c.strip() for c in line.split(",")]
+        if len(f) != len(QUERY_FIELDS):
+            raise ValueError(f"expected {len(QUERY_FIELDS)} fields, got {len(f)}: {line!r}")
+        gpus.append(GpuState(
+            index=int(f[0]), name=f[1], uuid=f[2], memory_mib=int(f[3]), driver=f[4],
+            ecc_enabled=_flag(f[5], "Enabled"), uncorrected_ecc=_num(f[6]),
+            retired_pending=_flag(f[7]), remap_pending=_flag(f[8]),
+            remap_failed=_flag(f[9]), persistence=f[10] == "Enabled",
+            pcie_gen=_num(f[11]), pcie_gen_max=_num(f[12]), pcie_width=_num(f[13]),
+            pcie_width_max=_num(f[14]), throttle_mask=_num(f[15]) or 0,
+            temperature_c=_num(f[16])))
+    return gpus
+
+
+_LINK = re.compile(r"^\s*Link (\d+): (.+)$")
+
+
+def parse_nvlink_status(text: str) -> dict[int, dict[int, bool]]:
+    """`nvidia-smi nvlink --status` -> {gpu index: {link: active}}."""
+    out: dict[int, dict[int, bool]] = {}
+    gpu = -1
+    for line in text.splitlines():
+        if line.startswith("GPU "):
+            gpu = int(line.split()[1].rstrip(":"))
+            out[gpu] = {}
+        elif (m := _LINK.match(line)) and gpu >= 0:
+            out[gpu][int(m.group(1))] = "inactive" not in m.group(2).lower()
+    return out
+
+
+_XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
+
+
+def parse_xids(kernel_log: str) -> list[tuple[str, int]]:
+    """(PCI address, XID code) for each XID line in a kernel log."""
+    return [(m.group(1), int(m.group(2))) for m in _XID.finditer(kernel_log)]
+
+
+def parse_dcgm_diag(text: str) -> dict[str, str]:
+    """`dcgmi diag -r N -j` -> {test name: result} with results Pass/Fail/Warn/Skip."""
+    data: dict[str, Any] = json.loads(text)
+    results: dict[str, str] = {}
+    for category in data.get("DCGM GPU Diagnostic", {}).get("test_categories", []):
+        for test in category.get("tests", []):
+            verdicts = {r.get("status", "") for r in test.get("results", [])}
+            worst = next((v for v in ("Fail", "Warn", "Pass", "Skip") if v in verdicts), "Skip")
+            results[test["name"]] = worst
+    return results

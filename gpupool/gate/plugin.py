@@ -1,0 +1,154 @@
+"""pytest plugin that turns the gate's testinfra suites into one JSON report per node.
+
+Each check records what it measured and what it expected through the `measure` fixture;
+the report keeps both, the check's duration and the action advised when it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpupool import loader
+from gpupool.gate.actions import Action, worst
+from gpupool.gate.expect import NodeExpect, node_expect
+
+TIERS = ("quick", "standard", "burn-in")
+PASS, FAIL, COULD_NOT_RUN = "pass", "fail", "could-not-run"
+
+Measure = Callable[..., None]
+# One pytest session gates one node, so module state is per report.
+_RESULTS: list[dict[str, Any]] = []
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("gpupool gate")
+    g.addoption("--gate-file", help="pool description file")
+    g.addoption("--gate-node", help="the node under test")
+    g.addoption("--gate-tier", default="quick", choices=TIERS)
+    g.addoption("--gate-report", help="where to write the JSON report")
+    g.addoption("--gate-suite", action="append", default=[],
+                help="run only these suites (system, software, gpu, storage, network, ...)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "tier(name): the lowest tier that runs this check")
+    config.addinivalue_line("markers", "action(name): advised action when the check fails")
+    config._gate_started = time.time()  # type: ignore[attr-defined]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    level = TIERS.index(config.getoption("--gate-tier"))
+    suites = set(config.getoption("--gate-suite"))
+    keep, drop = [], []
+    for item in items:
+        mark = item.get_closest_marker("tier")
+        tier = mark.args[0] if mark else "quick"
+        suite, _ = _check_id(item.nodeid)
+        wanted = TIERS.index(tier) <= level and (not suites or suite in suites)
+        (keep if wanted else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+    items[:] = keep
+
+
+def node_expectation(config: pytest.Config) -> NodeExpect:
+    """The node's expectations, built once per run (collection needs them too)."""
+    cached: NodeExpect | None = getattr(config, "_gate_expect", None)
+    if cached is None:
+        desc = loader.load_file(Path(config.getoption("--gate-file")))
+        cached = node_expect(desc, config.getoption("--gate-node"))
+        config._gate_expect = cached  # type: ignore[attr-defined]
+    return cached
+
+
+@pytest.fixture(scope="session")
+def expect(pytestconfig: pytest.Config) -> NodeExpect:
+    return node_expectation(pytestconfig)
+
+
+@pytest.fixture
+def measure(request: pytest.FixtureRequest) -> Measure:
+    """measure(value, expected, ok, message=...): record the measurement, fail if not ok."""
+    mark = request.node.get_closest_marker("action")
+    default_action = mark.args[0] if mark else Action.RECONFIGURE.value
+
+    def record(value: Any, expected: Any, ok: bool, message: str = "",
+               action: str | None = None) -> None:
+        message = message or f"measured {value!r}, expected {expected!r}"
+        request.node.user_properties.append(("gate", {
+            "value": value, "expected": expected, "ok": ok, "message": message,
+            "action": action or default_action}))
+        assert ok, message  # noqa: S101 - this is how a pytest check fails
+
+    return record
+
+
+def _check_id(nodeid: str) -> tuple[str, str]:
+    path, _, name = nodeid.partition("::")
+    suite = Path(path).stem.removeprefix("test_")
+    name = name.removeprefix("test_")
+    # testinfra appends the host to every parametrized id; the report is per host anyway.
+    if "[" in name:
+        base, _, params = name.partition("[")
+        parts = [p for p in params.rstrip("]").split("-") if "://" not in p and p != "local"]
+        name = f"{base}[{'-'.join(parts)}]" if parts else base
+    return suite, name
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        props = dict(report.user_properties).get("gate", {})
+        if report.skipped:
+            status = "skip"
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
+            message = str(reason).removeprefix("Skipped: ")
+        elif report.passed:
+            status, message = "pass", props.get("message", "")
+        elif props:  # measured and found wanting
+            status, message = "fail", props["message"]
+        else:  # the check itself broke: it could not measure
+            status, message = "error", str(report.longrepr)[-400:]
+        suite, name = _check_id(report.nodeid)
+        _RESULTS.append({
+            "id": f"{suite}.{name}", "suite": suite, "status": status,
+            "value": props.get("value"), "expected": props.get("expected"),
+            "duration_s": round(report.duration, 3), "message": message,
+            "action": props.get("action") if status == "fail" else None})
+
+
+
+def verdict(checks: list[dict[str, Any]], exitstatus: int) -> str:
+    if any(c["status"] == "fail" for c in checks):
+        return FAIL
+    if exitstatus not in (0, 1) or any(c["status"] == "error" for c in checks) or not checks:
+        return COULD_NOT_RUN
+    return PASS
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    path = config.getoption("--gate-report")
+    if not path:
+        return
+    checks = list(_RESULTS)
+    failed = [c for c in checks if c["status"] == "fail"]
+    advised = worst([Action(c["action"]) for c in failed])
+    report = {
+        "node": config.getoption("--gate-node"),
+        "tier": config.getoption("--gate-tier"),
+        "verdict": verdict(checks, int(exitstatus)),
+        "started_at": config._gate_started,  # type: ignore[attr-defined]
+        "duration_s": round(time.time() - config._gate_started, 3),  # type: ignore[attr-defined]
+        "counts": {s: sum(c["status"] == s for c in checks)
+                   for s in ("pass", "fail", "skip", "error")},
+        "failed": [c["id"] for c in failed],
+        "action": advised.value if advised else None,
+        "checks": checks,
+    }
+    Path(path).write_text(json.dumps(report, indent=2, default=str) + "\n")

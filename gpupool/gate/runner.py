@@ -1,0 +1,90 @@
+"""Run the gate's suites against nodes in parallel, one pytest process per node.
+
+A node is reached through testinfra: `ansible://NODE` with an inventory (SSH, as Ansible
+does) or `local://` on the node itself (how the GPU tier runs on a GPU host).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpupool.gate.plugin import COULD_NOT_RUN, FAIL, PASS
+
+SUITES = Path(__file__).resolve().parent / "suites"
+# Bounds on one node's run; past them the node could not be gated.
+TIER_TIMEOUT_S = {"quick": 180, "standard": 900, "burn-in": 3600}
+EXIT = {PASS: 0, FAIL: 1, COULD_NOT_RUN: 3}
+
+
+@dataclass(frozen=True)
+class Target:
+    node: str
+    hosts: str  # testinfra --hosts value
+
+
+def ansible_target(node: str, inventory: Path) -> Target:
+    return Target(node, f"ansible://{node}?ansible_inventory={inventory}")
+
+
+def local_target(node: str) -> Target:
+    return Target(node, "local://")
+
+
+def _could_not_run(node: str, tier: str, why: str) -> dict[str, Any]:
+    return {"node": node, "tier": tier, "verdict": COULD_NOT_RUN, "failed": [],
+            "action": None, "counts": {}, "checks": [], "duration_s": 0.0, "error": why}
+
+
+def gate_node(description: Path, target: Target, tier: str, out_dir: Path,
+              suites: tuple[str, ...] = ()) -> dict[str, Any]:
+    report_path = out_dir / f"{target.node}.json"
+    report_path.unlink(missing_ok=True)
+    argv = [
+        sys.executable, "-m", "pytest", str(SUITES), "-p", "gpupool.gate.plugin",
+        f"--hosts={target.hosts}", f"--gate-file={description}", f"--gate-node={target.node}",
+        f"--gate-tier={tier}", f"--gate-report={report_path}",
+        "-q", "-rN", "-p", "no:cacheprovider", f"--rootdir={SUITES}", "-o", "addopts=",
+        "-c", str(SUITES / "pytest.ini"), *(f"--gate-suite={s}" for s in suites),
+    ]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True,
+                              timeout=TIER_TIMEOUT_S[tier], check=False)
+    except subprocess.TimeoutExpired:
+        return _could_not_run(target.node, tier, f"timed out after {TIER_TIMEOUT_S[tier]} s")
+    if not report_path.exists():
+        return _could_not_run(target.node, tier, (proc.stdout + proc.stderr)[-1500:])
+    report: dict[str, Any] = json.loads(report_path.read_text())
+    if report["verdict"] == COULD_NOT_RUN:
+        report["error"] = (proc.stdout + proc.stderr)[-1500:]
+    report_path.write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def gate(description: Path, targets: list[Target], tier: str, out_dir: Path, *,
+         on_done: Callable[[dict[str, Any]], None] = lambda r: None,
+         parallel: int = 8, suites: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    def one(t: Target) -> dict[str, Any]:
+        report = gate_node(description, t, tier, out_dir, suites)
+        on_done(report)
+        return report
+
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(targets)))) as pool:
+        return list(pool.map(one, targets))
+
+
+def exit_code(reports: list[dict[str, Any]]) -> int:
+    verdicts = {r["verdict"] for r in reports}
+    if FAIL in verdicts:
+        return EXIT[FAIL]
+    if COULD_NOT_RUN in verdicts:
+        return EXIT[COULD_NOT_RUN]
+    return EXIT[PASS]

@@ -1,0 +1,111 @@
+"""The gate's parsers, action map and verdict logic, and the gate run locally on this
+(GPU-less) machine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpupool import loader
+from gpupool.gate.actions import Action, worst, xid_action
+from gpupool.gate.expect import node_expect
+from gpupool.gate.nvidia import parse_dcgm_diag, parse_nvlink_status, parse_query, parse_xids
+from gpupool.gate.plugin import verdict
+from tests.conftest import ROOT, mutate, raw_stack
+
+FIXTURES = Path(__file__).parent / "fixtures"
+GPUPOOL = ROOT / ".venv" / "bin" / "gpupool"
+
+
+def test_parse_query_fixture() -> None:
+    gpus = parse_query((FIXTURES / "nvidia-smi-query-h100.csv").read_text())
+    assert [g.index for g in gpus] == [0, 1, 2]
+    assert gpus[0].memory_mib == 81559 and gpus[0].driver == "570.195.03"
+    assert gpus[0].bad_throttle == []  # 0x1 is GPU idle: normal
+    assert gpus[1].bad_throttle == ["hw_thermal_slowdown"]
+    assert gpus[1].uncorrected_ecc == 2 and gpus[1].remap_pending is True
+    assert (gpus[1].pcie_width, gpus[1].pcie_width_max) == (8, 16)
+    assert gpus[2].ecc_enabled is False and gpus[2].uncorrected_ecc is None
+    assert gpus[2].persistence is False
+
+
+def test_parse_query_rejects_wrong_shape() -> None:
+    with pytest.raises(ValueError, match="expected 17 fields"):
+        parse_query("0, NVIDIA H100\n")
+
+
+def test_parse_nvlink_fixture() -> None:
+    links = parse_nvlink_status((FIXTURES / "nvlink-status.txt").read_text())
+    assert links == {0: {0: True, 1: True}, 1: {0: True, 1: False}}
+
+
+def test_parse_dcgm_diag_fixture() -> None:
+    results = parse_dcgm_diag((FIXTURES / "dcgmi-diag-r1.json").read_text())
+    assert results["Persistence Mode"] == "Fail"
+    assert results["Environmental Variables"] == "Warn"
+    assert results["Denylist"] == "Pass"
+    assert results["Page Retirement/Row Remap"] == "Skip"
+
+
+def test_xids_map_to_actions() -> None:
+    xids = parse_xids((FIXTURES / "kernel-xid.log").read_text())
+    assert xids == [("0000:3b:00", 13), ("0000:86:00", 79)]
+    assert [xid_action(c) for _, c in xids] == [Action.MONITOR, Action.REBOOT]
+    assert worst([xid_action(c) for _, c in xids]) is Action.REBOOT
+    assert xid_action(95) is Action.ISOLATE
+    assert xid_action(9999) is Action.ISOLATE  # unknown: keep it out until triaged
+
+
+def test_verdict() -> None:
+    ok = {"status": "pass"}
+    assert verdict([ok, {"status": "skip"}], 0) == "pass"
+    assert verdict([ok, {"status": "fail"}, {"status": "error"}], 1) == "fail"
+    assert verdict([ok, {"status": "error"}], 1) == "could-not-run"
+    assert verdict([], 0) == "could-not-run"
+    assert verdict([ok], 2) == "could-not-run"
+
+
+def test_expectations_come_from_the_description() -> None:
+    desc = loader.load_stack("example", ROOT)
+    e = node_expect(desc, "h100-a1")
+    assert e.gpu is not None
+    assert (e.gpu.count, e.gpu.product, e.gpu.nvswitch) == (8, "NVIDIA H100 80GB HBM3", True)
+    assert e.software["nvidia_driver"] == desc.software.nvidia_driver
+    assert {m.path for m in e.mounts} == {"/scratch", "/datasets", "/checkpoints"}
+    assert node_expect(desc, "mgmt1").gpu is None
+    lab = loader.load_stack("lab", ROOT)
+    probes = {p.id: p.allowed for p in node_expect(lab, "lab-gpu1").probes}
+    assert probes["lab-gpu2/training:8081"] is True  # training<->training: all protocols
+    assert probes["lab-ctl/storage:2049"] is True  # training -> storage NFS
+    assert probes["lab-ctl/management:6817"] is True  # slurmctld on management
+    assert probes["lab-ctl/storage:8081"] is False  # nothing declared
+
+
+def _gate_local(description: Path, node: str, out: Path) -> tuple[int, dict]:
+    proc = subprocess.run([GPUPOOL, "gate", node, "--local", "--file", str(description),
+                           "--suite", "gpu", "--out", str(out), "--json"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    return proc.returncode, json.loads(proc.stdout)[0]
+
+
+def test_gpu_suite_skips_without_gpu_in_the_lab(tmp_path: Path) -> None:
+    rc, report = _gate_local(loader.description_path("lab", ROOT), "lab-gpu1", tmp_path)
+    assert rc == 0 and report["verdict"] == "pass"
+    assert report["checks"] and all(c["status"] == "skip" for c in report["checks"])
+    assert {c["message"].split(" (")[0] for c in report["checks"]} == {"no NVIDIA GPU"}
+    assert json.loads((tmp_path / "lab-gpu1.json").read_text())["node"] == "lab-gpu1"
+
+
+def test_gpu_node_without_driver_fails_in_production(tmp_path: Path) -> None:
+    # Same node, declared as production: a GPU node with no driver must not pass.
+    data = mutate(raw_stack("lab"), [{"set": "pool.environment", "value": "production"}])
+    src = tmp_path / "prod.yaml"
+    src.write_text(yaml.safe_dump(data))
+    rc, report = _gate_local(src, "lab-gpu1", tmp_path / "out")
+    assert rc == 1 and report["verdict"] == "fail"
+    assert report["failed"] == ["gpu.driver_loaded"]
+    assert report["action"] == "reboot"
