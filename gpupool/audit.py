@@ -1,0 +1,190 @@
+"""Workload audit: what a pool's jobs look like, and how many GPUs they need.
+
+Reads job history (Slurm `sacct` output, or the Alibaba GPU trace format) into one job
+record shape, then reports durations, GPUs per job, parallel experiments per team and
+class, the GPU count that keeps a wait-time target, and the quotas that would follow.
+"""
+
+from __future__ import annotations
+
+import csv
+import heapq
+import itertools
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+# The sacct invocation the audit reads (document it in the runbooks, never improvise it):
+SACCT_FORMAT = "JobID,Account,Partition,AllocTRES,Submit,Start,End,State"
+SACCT_COMMAND = f"sacct -a -X -P -n -S now-30days --format={SACCT_FORMAT}"
+# Alibaba's QoS classes mapped onto gpupool's task classes.
+ALIBABA_CLASS = {"LS": "interactive", "Guaranteed": "training", "Burstable": "training",
+                 "BE": "deferred"}
+_GPU_TRES = re.compile(r"gres/gpu(?::[^=,]+)?=(\d+)")
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    team: str
+    task_class: str
+    gpus: float  # fractional for GPU-sharing tasks
+    submit: float  # seconds
+    start: float
+    end: float
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+    @property
+    def wait(self) -> float:
+        return self.start - self.submit
+
+
+def _ts(value: str) -> float | None:
+    if value in ("", "Unknown", "None"):
+        return None
+    return datetime.fromisoformat(value).timestamp()
+
+
+def read_sacct(path: Path) -> list[Job]:
+    """Lines of `SACCT_COMMAND` output ('|'-separated, no header)."""
+    jobs = []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        job_id, account, partition, tres, submit, start, end, _state = line.split("|")
+        m = _GPU_TRES.findall(tres)
+        s, b, e = _ts(submit), _ts(start), _ts(end)
+        if not m or s is None or b is None or e is None:
+            continue  # CPU-only, or never ran
+        jobs.append(Job(job_id, account, partition, float(max(map(int, m))), s, b, e))
+    return jobs
+
+
+def read_alibaba(path: Path, trace_end: float | None = None) -> list[Job]:
+    """openb_pod_list_*.csv: GPU pods; those still running end at the trace's end."""
+    rows = list(csv.DictReader(path.open()))
+    end_of_trace = trace_end or max(float(r["deletion_time"] or 0) for r in rows)
+    jobs = []
+    for r in rows:
+        gpus = int(r["num_gpu"]) if int(r["num_gpu"]) > 1 else int(r["gpu_milli"]) / 1000
+        if gpus <= 0 or not r["scheduled_time"]:
+            continue
+        start = float(r["scheduled_time"])
+        end = float(r["deletion_time"]) if r["deletion_time"] else end_of_trace
+        if end <= start:
+            continue
+        jobs.append(Job(r["name"], "trace", ALIBABA_CLASS.get(r["qos"], "training"), gpus,
+                        float(r["creation_time"]), start, end))
+    return jobs
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    idx = min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))
+    return ordered[idx]
+
+
+def concurrency(jobs: Iterable[Job], weight: str = "gpus") -> list[tuple[float, float]]:
+    """Step function (time, level) of running jobs (weight 'jobs') or GPUs ('gpus')."""
+    events: list[tuple[float, float]] = []
+    for j in jobs:
+        w = j.gpus if weight == "gpus" else 1.0
+        events += [(j.start, w), (j.end, -w)]
+    level, out = 0.0, []
+    for t, d in sorted(events):
+        level += d
+        out.append((t, level))
+    return out
+
+
+def _time_weighted_percentile(steps: list[tuple[float, float]], q: float) -> float:
+    spans = [(lvl, t2 - t1) for (t1, lvl), (t2, _) in itertools.pairwise(steps)
+             if t2 > t1]
+    total = sum(d for _, d in spans)
+    if not total:
+        return 0.0
+    acc = 0.0
+    for lvl, d in sorted(spans):
+        acc += d
+        if acc >= q / 100 * total:
+            return lvl
+    return spans[-1][0]
+
+
+def simulate_fcfs_waits(jobs: list[Job], capacity: float) -> list[float]:
+    """Waits if the jobs (arriving at submit, running their duration) were served first
+    come first served on `capacity` GPUs, ignoring node boundaries."""
+    running: list[tuple[float, float]] = []  # (end, gpus)
+    free, now, waits = capacity, 0.0, []
+    for j in sorted(jobs, key=lambda j: j.submit):
+        need = min(j.gpus, capacity)
+        now = max(now, j.submit)  # FCFS: nobody overtakes
+        while running and running[0][0] <= now:
+            free += heapq.heappop(running)[1]
+        while free < need - 1e-9:
+            end, gpus = heapq.heappop(running)
+            now, free = max(now, end), free + gpus
+        free -= need
+        heapq.heappush(running, (now + j.duration, need))
+        waits.append(now - j.submit)
+    return waits
+
+
+def gpus_for_wait_target(jobs: list[Job], p95_wait_s: float) -> int:
+    """The smallest GPU count whose FCFS p95 wait meets the target (binary search)."""
+    lo = max(1, math.ceil(max((j.gpus for j in jobs), default=1)))
+    hi = max(lo, math.ceil(sum(j.gpus for j in jobs)))
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if percentile(simulate_fcfs_waits(jobs, mid), 95) <= p95_wait_s:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _dist(values: list[float]) -> dict[str, float]:
+    return {f"p{q}": round(percentile(values, q), 3) for q in (50, 90, 99)} | {
+        "max": round(max(values, default=0.0), 3), "count": len(values)}
+
+
+def audit(jobs: list[Job], p95_wait_s: float,
+          declared_quota: dict[str, int] | None = None) -> dict[str, Any]:
+    groups: dict[tuple[str, str], list[Job]] = defaultdict(list)
+    for j in jobs:
+        groups[(j.team, j.task_class)].append(j)
+    needed = gpus_for_wait_target(jobs, p95_wait_s)
+    per_team_peak: dict[str, float] = defaultdict(float)
+    rows = []
+    for (team, cls), js in sorted(groups.items()):
+        gpu_steps = concurrency(js, "gpus")
+        p90_gpus = _time_weighted_percentile(gpu_steps, 90)
+        per_team_peak[team] += p90_gpus
+        rows.append({
+            "team": team, "class": cls, "jobs": len(js),
+            "duration_s": _dist([j.duration for j in js]),
+            "gpus_per_job": _dist([j.gpus for j in js]),
+            "parallel_jobs_peak": max((lvl for _, lvl in concurrency(js, "jobs")), default=0),
+            "gpus_in_use_p90": round(p90_gpus, 2),
+        })
+    demand_total = sum(per_team_peak.values()) or 1.0
+    recommended = {t: max(1, round(needed * d / demand_total)) for t, d in per_team_peak.items()}
+    return {
+        "jobs": len(jobs),
+        "wait_target_p95_s": p95_wait_s,
+        "gpus_needed_for_target": needed,
+        "observed_wait_s": _dist([j.wait for j in jobs]),
+        "groups": rows,
+        "recommended_quota": recommended,
+        "declared_quota": declared_quota or {},
+    }

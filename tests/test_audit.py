@@ -1,0 +1,71 @@
+"""Workload audit: parsing job history, the FCFS sizing, and the report on the real trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpupool import audit, cli
+from tests.conftest import ROOT
+
+TRACE = ROOT.parent / "shared" / "data" / "traces" / "alibaba-gpu-2023" / \
+    "openb_pod_list_default.csv"
+
+SACCT = """\
+101|vision|training|billing=8,cpu=8,gres/gpu=8,gres/gpu:l4=8,node=2|2026-11-01T10:00:00|2026-11-01T10:00:05|2026-11-01T12:00:05|COMPLETED
+102|nlp|interactive|billing=1,cpu=2,gres/gpu=1,node=1|2026-11-01T10:01:00|2026-11-01T10:01:01|2026-11-01T10:31:01|COMPLETED
+103|nlp|deferred|billing=1,cpu=2,node=1|2026-11-01T10:02:00|2026-11-01T10:02:01|2026-11-01T10:03:01|COMPLETED
+104|vision|deferred|billing=2,cpu=2,gres/gpu=2|2026-11-01T10:03:00|Unknown|Unknown|CANCELLED
+"""
+
+
+def _job(i: int, gpus: float = 1, submit: float = 0, duration: float = 100) -> audit.Job:
+    return audit.Job(str(i), "t", "training", gpus, submit, submit, submit + duration)
+
+
+def test_read_sacct(tmp_path: Path) -> None:
+    path = tmp_path / "sacct.txt"
+    path.write_text(SACCT)
+    jobs = audit.read_sacct(path)
+    # CPU-only 103 and never-started 104 are not GPU work.
+    assert [(j.id, j.team, j.task_class, j.gpus) for j in jobs] == [
+        ("101", "vision", "training", 8.0), ("102", "nlp", "interactive", 1.0)]
+    assert jobs[0].duration == 7200 and jobs[0].wait == 5
+
+
+def test_fcfs_simulation_and_sizing() -> None:
+    jobs = [_job(i) for i in range(4)]  # four 1-GPU jobs of 100 s, all at t=0
+    assert audit.simulate_fcfs_waits(jobs, 1) == [0, 100, 200, 300]
+    assert audit.simulate_fcfs_waits(jobs, 2) == [0, 0, 100, 100]
+    assert audit.gpus_for_wait_target(jobs, 0) == 4
+    assert audit.gpus_for_wait_target(jobs, 100) == 2
+    assert audit.gpus_for_wait_target(jobs, 1000) == 1
+    # A wide job blocks the ones behind it (no backfill in the baseline sizing).
+    wide = [_job(0, gpus=4), _job(1, gpus=1, submit=1)]
+    assert audit.simulate_fcfs_waits(wide, 4) == [0, 99]
+
+
+def test_audit_groups_and_recommendation() -> None:
+    jobs = [_job(i, gpus=2) for i in range(3)] + [
+        audit.Job("x", "u", "interactive", 1, 0, 0, 50)]
+    report = audit.audit(jobs, 0, {"t": 4})
+    assert report["gpus_needed_for_target"] == 7
+    groups = {(g["team"], g["class"]): g for g in report["groups"]}
+    assert groups[("t", "training")]["parallel_jobs_peak"] == 3
+    assert sum(report["recommended_quota"].values()) == 7
+
+
+@pytest.mark.skipif(not TRACE.exists(), reason=f"trace missing at {TRACE}")
+def test_audit_on_the_alibaba_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli.main(["audit", "--alibaba", str(TRACE), "--out", str(tmp_path), "--json"])
+    assert rc == cli.EXIT_OK
+    report = json.loads(capsys.readouterr().out)
+    assert report["jobs"] > 6000
+    assert {g["class"] for g in report["groups"]} == {"interactive", "training", "deferred"}
+    peak = max(g["gpus_in_use_p90"] for g in report["groups"])
+    assert peak < report["gpus_needed_for_target"] < 8152
+    for name in ("audit.md", "audit.json", "durations.png", "demand.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    assert (tmp_path / "durations.png").read_bytes()[:4] == b"\x89PNG"
