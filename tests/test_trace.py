@@ -1,0 +1,42 @@
+"""Trace format, synthetic generator and the Alibaba sampler."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpupool import trace
+from tests.test_audit import TRACE
+
+
+def test_synthetic_is_reproducible_and_hits_the_load(tmp_path: Path) -> None:
+    knobs = trace.Knobs(jobs=200, horizon_s=1000, load=1.2, capacity_gpus=12, seed=3)
+    jobs = trace.synthetic(knobs)
+    assert jobs == trace.synthetic(knobs)
+    offered = sum(j.gpus * j.duration_s for j in jobs)
+    assert offered == pytest.approx(1.2 * 12 * 1000, rel=1e-3)
+    assert {j.task_class for j in jobs} == {"interactive", "training", "deferred"}
+    assert all(0 <= j.submit_s <= 1000 for j in jobs)
+    assert [j.submit_s for j in jobs] == sorted(j.submit_s for j in jobs)
+    path = tmp_path / "t.csv"
+    trace.write(jobs, path)
+    assert trace.read(path) == [
+        trace.TraceJob(j.job_id, j.team, j.task_class, j.gpus, round(j.submit_s, 3),
+                       round(j.duration_s, 3)) for j in jobs]
+
+
+def test_read_rejects_a_foreign_header(tmp_path: Path) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text("id,gpus\n1,2\n")
+    with pytest.raises(ValueError, match="header must be"):
+        trace.read(path)
+
+
+@pytest.mark.skipif(not TRACE.exists(), reason=f"trace missing at {TRACE}")
+def test_alibaba_sample_fits_the_pool() -> None:
+    jobs = trace.sample_alibaba(TRACE, ["vision", "nlp"], jobs=150, horizon_s=300, max_gpus=4)
+    assert len(jobs) == 150
+    assert {j.team for j in jobs} == {"vision", "nlp"}
+    assert all(1 <= j.gpus <= 4 and 5 <= j.duration_s <= 300 for j in jobs)
+    assert max(j.submit_s for j in jobs) == pytest.approx(300, abs=0.01)
