@@ -29,6 +29,9 @@ def _setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite", action="append", default=[], dest="suites",
                    help="run only this suite (repeatable): system, software, gpu, storage, "
                         "network, scheduler")
+    p.add_argument("--exclude", action="append", default=[],
+                   help="leave out checks whose id starts with this, e.g. gpu.dcgm_diag "
+                        "(the report lists what was left out)")
 
 
 def _summary(reports: list[dict[str, Any]]) -> Table:
@@ -83,7 +86,7 @@ def cmd_gate(args: argparse.Namespace, desc: Description) -> int:
                           f"{report['verdict']}")
 
         reports = runner.gate(description.resolve(), targets, args.tier, args.out, on_done=progress,
-                              suites=tuple(args.suites))
+                              suites=tuple(args.suites), exclude=tuple(args.exclude))
     if args.json:
         emit_json(reports)
     else:

@@ -34,6 +34,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--gate-report", help="where to write the JSON report")
     g.addoption("--gate-suite", action="append", default=[],
                 help="run only these suites (system, software, gpu, storage, network, ...)")
+    g.addoption("--gate-exclude", action="append", default=[],
+                help="leave out checks whose id starts with this (recorded in the report)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -45,12 +47,14 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     level = TIERS.index(config.getoption("--gate-tier"))
     suites = set(config.getoption("--gate-suite"))
+    excluded = tuple(config.getoption("--gate-exclude"))
     keep, drop = [], []
     for item in items:
         mark = item.get_closest_marker("tier")
         tier = mark.args[0] if mark else "quick"
-        suite, _ = _check_id(item.nodeid)
-        wanted = TIERS.index(tier) <= level and (not suites or suite in suites)
+        suite, name = _check_id(item.nodeid)
+        wanted = (TIERS.index(tier) <= level and (not suites or suite in suites)
+                  and not (excluded and f"{suite}.{name}".startswith(excluded)))
         (keep if wanted else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
@@ -148,6 +152,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "counts": {s: sum(c["status"] == s for c in checks)
                    for s in ("pass", "fail", "skip", "error")},
         "failed": [c["id"] for c in failed],
+        "excluded": config.getoption("--gate-exclude"),
         "action": advised.value if advised else None,
         "checks": checks,
     }

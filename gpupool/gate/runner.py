@@ -42,8 +42,8 @@ def _could_not_run(node: str, tier: str, why: str) -> dict[str, Any]:
             "action": None, "counts": {}, "checks": [], "duration_s": 0.0, "error": why}
 
 
-def gate_node(description: Path, target: Target, tier: str, out_dir: Path,
-              suites: tuple[str, ...] = ()) -> dict[str, Any]:
+def gate_node(description: Path, target: Target, tier: str, out_dir: Path, *,
+              suites: tuple[str, ...] = (), exclude: tuple[str, ...] = ()) -> dict[str, Any]:
     report_path = out_dir / f"{target.node}.json"
     report_path.unlink(missing_ok=True)
     argv = [
@@ -52,6 +52,7 @@ def gate_node(description: Path, target: Target, tier: str, out_dir: Path,
         f"--gate-tier={tier}", f"--gate-report={report_path}",
         "-q", "-rN", "-p", "no:cacheprovider", f"--rootdir={SUITES}", "-o", "addopts=",
         "-c", str(SUITES / "pytest.ini"), *(f"--gate-suite={s}" for s in suites),
+        *(f"--gate-exclude={e}" for e in exclude),
     ]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True,
@@ -69,11 +70,12 @@ def gate_node(description: Path, target: Target, tier: str, out_dir: Path,
 
 def gate(description: Path, targets: list[Target], tier: str, out_dir: Path, *,
          on_done: Callable[[dict[str, Any]], None] = lambda r: None,
-         parallel: int = 8, suites: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+         parallel: int = 8, suites: tuple[str, ...] = (),
+         exclude: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     out_dir.mkdir(parents=True, exist_ok=True)
 
     def one(t: Target) -> dict[str, Any]:
-        report = gate_node(description, t, tier, out_dir, suites)
+        report = gate_node(description, t, tier, out_dir, suites=suites, exclude=exclude)
         on_done(report)
         return report
 
