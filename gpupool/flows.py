@@ -2,15 +2,16 @@
 
 A flow {from: X, to: Y, protocol, ports} lets any host that has an address in segment X
 open connections to addresses in segment Y on those ports, from any of its addresses
-(a training node reaches the storage tier through its storage interface). Admin CIDRs
-may reach the management segment on the ports of management-to-management flows.
-Everything else between pool hosts is dropped. The hardening role's firewall and the
-acceptance gate's network checks both come from this one function set.
+(a training node reaches the storage tier through its storage interface). Burst nodes
+take part through the source segment's cloud CIDR, and the admin CIDRs count as members
+of the management segment. Everything else between pool hosts is dropped. The hardening
+role's firewall and the acceptance gate's network checks both come from these functions.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ipaddress
+from dataclasses import asdict, dataclass
 
 from gpupool.model import Description
 
@@ -40,19 +41,24 @@ def inbound(desc: Description, node: str) -> list[Allowance]:
     for flow in desc.network.flows:
         if flow.to not in mine:
             continue
-        sources = sorted({a for member in segment_members(desc, flow.from_)
-                          for a in host_addresses(desc, member)})
-        if flow.from_ == "management" and flow.to == "management":
-            sources = sorted({*sources, *desc.network.admin_cidrs})
-        out.append(Allowance(flow.to, tuple(sources), flow.protocol, tuple(flow.ports)))
+        sources = {a for member in segment_members(desc, flow.from_)
+                   for a in host_addresses(desc, member)}
+        cloud = desc.network.segments[flow.from_].cloud_cidr
+        if cloud:
+            sources.add(cloud)
+        if flow.from_ == "management":
+            sources.update(desc.network.admin_cidrs)
+        out.append(Allowance(flow.to, tuple(sorted(sources)), flow.protocol,
+                             tuple(flow.ports)))
     return out
 
 
 def allowed(desc: Description, src: str, dst: str, segment: str, port: int) -> bool:
     """May node src open a TCP connection to node dst's address in segment on port?"""
-    src_addrs = set(host_addresses(desc, src))
+    src_addrs = [ipaddress.ip_address(a) for a in host_addresses(desc, src)]
     return any(
-        a.segment == segment and src_addrs & set(a.sources)
+        a.segment == segment
+        and any(ip in ipaddress.ip_network(s) for ip in src_addrs for s in a.sources)
         and (a.protocol == ALL_PORTS or (a.protocol == "tcp" and port in a.ports))
         for a in inbound(desc, dst))
 
@@ -62,3 +68,9 @@ def probe_ports(desc: Description) -> list[int]:
     declared = {p for f in desc.network.flows for p in f.ports}
     canary = next(p for p in range(8081, 65535) if p not in declared)
     return sorted({*declared, canary})
+
+
+def inbound_vars(desc: Description, node: str) -> list[dict[str, object]]:
+    """inbound() as plain data for the hardening role's firewall template."""
+    return [asdict(a) | {"address": desc.nodes[node].addresses[a.segment]}
+            for a in inbound(desc, node)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpupool import flows
 from gpupool.facts import gpu_capacity, rack_places
 from gpupool.model import Description
 
@@ -55,6 +56,8 @@ def host_vars(desc: Description, name: str) -> dict[str, Any]:
             "cpus": cls.cpus,
             "memory_gib": cls.memory_gib,
             "nvme": cls.nvme.model_dump(mode="json"),
+            # Inbound firewall allowances from the declared flows (gpupool/flows.py).
+            "inbound": flows.inbound_vars(desc, name),
         },
     }
 
