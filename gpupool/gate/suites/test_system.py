@@ -1,0 +1,110 @@
+"""System checks: OS, kernel, time sync, SSH hardening, firewall, audit, users and sudo.
+
+Settings the hardening and common roles render are read back from the live system
+(`sshd -T`, `nft`, `getent`), not from the files the roles wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from gpupool.gate.actions import Action
+from gpupool.gate.expect import NodeExpect
+from gpupool.gate.plugin import Measure
+
+SUPPORTED_OS = {("debian", "12"), ("ubuntu", "22.04"), ("ubuntu", "24.04"), ("rhel", "9"),
+                ("rocky", "9"), ("almalinux", "9")}
+MIN_KERNEL = (5, 10)
+WEAK_CRYPTO = re.compile(r"cbc|3des|arcfour|hmac-md5|hmac-sha1\b|diffie-hellman-group1")
+TIME_SERVICES = ("chrony", "chronyd", "systemd-timesyncd")
+
+
+@pytest.mark.action(Action.RECONFIGURE)
+def test_reachable(host, measure: Measure) -> None:  # type: ignore[no-untyped-def]
+    out = host.run("true")
+    measure(out.rc, 0, out.rc == 0, "the node does not run commands")
+
+
+@pytest.mark.action(Action.RECONFIGURE)
+def test_os_supported(host, measure: Measure) -> None:  # type: ignore[no-untyped-def]
+    info = host.system_info
+    major = info.release.split(".")[0] if info.distribution != "ubuntu" else info.release
+    got = (info.distribution, major)
+    measure(list(got), sorted(map(list, SUPPORTED_OS)), got in SUPPORTED_OS)
+
+
+@pytest.mark.tier("standard")
+@pytest.mark.action(Action.REBOOT)
+def test_kernel_recent(host, measure: Measure) -> None:  # type: ignore[no-untyped-def]
+    release = host.check_output("uname -r")
+    version = tuple(int(p) for p in re.findall(r"\d+", release)[:2])
+    measure(release, ">= {}.{}".format(*MIN_KERNEL), version >= MIN_KERNEL)
+
+
+@pytest.mark.action(Action.RECONFIGURE)
+def test_time_sync(host, expect: NodeExpect, in_container: bool,  # type: ignore[no-untyped-def]
+                   measure: Measure) -> None:
+    enabled = [s for s in TIME_SERVICES if host.service(s).is_enabled]
+    if in_container:
+        # A container cannot set the clock; the host's clock is what it gets.
+        measure(enabled, "a time sync service enabled", bool(enabled))
+        return
+    synced = host.run("timedatectl show -p NTPSynchronized --value").stdout.strip()
+    measure({"enabled": enabled, "synchronized": synced}, {"synchronized": "yes"},
+            bool(enabled) and synced == "yes")
+
+
+@pytest.mark.action(Action.RECONFIGURE)
+def test_sshd_hardened(host, expect: NodeExpect, measure: Measure) -> None:  # type: ignore[no-untyped-def]
+    cfg = dict(line.split(" ", 1) for line in host.check_output("sshd -T").splitlines()
+               if " " in line)
+    want = {"passwordauthentication": "no", "kbdinteractiveauthentication": "no",
+            "pubkeyauthentication": "yes",
+            "permitrootlogin": "without-password" if expect.lab else "no"}
+    got = {k: cfg.get(k) for k in want}
+    weak = [a for key in ("ciphers", "macs", "kexalgorithms")
+            for a in cfg.get(key, "").split(",") if WEAK_CRYPTO.search(a)]
+    measure({**got, "weak_algorithms": weak}, {**want, "weak_algorithms": []},
+            got == want and not weak)
+
+
+@pytest.mark.action(Action.RECONFIGURE)
+def test_firewall_default_drop(host, measure: Measure) -> None:  # type: ignore[no-untyped-def]
+    out = host.run("nft -j list chain inet gpupool input")
+    chains = [o["chain"] for o in json.loads(out.stdout or '{"nftables": []}')["nftables"]
+              if "chain" in o] if out.rc == 0 else []
+    policy = chains[0].get("policy") if chains else None
+    measure(policy, "drop", policy == "drop", "inet gpupool input chain missing or not "
+            "dropping by default")
+
+
+@pytest.mark.tier("standard")
+@pytest.mark.action(Action.RECONFIGURE)
+def test_audit_rules(host, in_container: bool, measure: Measure) -> None:  # type: ignore[no-untyped-def]
+    if in_container:
+        # Containers cannot own the kernel audit subsystem: check the rules are in place.
+        rules = host.run("cat /etc/audit/rules.d/*.rules 2>/dev/null").stdout
+        count = sum(1 for ln in rules.splitlines() if ln.startswith("-w ") or ln.startswith("-a "))
+    else:
+        count = len([ln for ln in host.run("auditctl -l").stdout.splitlines()
+                     if ln.startswith("-")])
+    measure(count, "> 0 audit rules", count > 0)
+
+
+@pytest.mark.action(Action.RECONFIGURE)
+def test_team_groups(host, expect: NodeExpect, measure: Measure) -> None:  # type: ignore[no-untyped-def]
+    missing = [t for t in expect.teams if not host.group(f"team-{t}").exists]
+    measure(missing, [], not missing, f"team groups missing: {missing}")
+
+
+@pytest.mark.action(Action.RECONFIGURE)
+def test_sudo_rules(host, measure: Measure) -> None:  # type: ignore[no-untyped-def]
+    # sudoers must parse, and on-call engineers get their limited rules.
+    check = host.run("visudo -c")
+    rules = host.run("cat /etc/sudoers.d/gpupool").stdout
+    ok = check.rc == 0 and "%gpupool-oncall" in rules
+    measure({"visudo": check.rc, "oncall_rules": "%gpupool-oncall" in rules},
+            {"visudo": 0, "oncall_rules": True}, ok)
