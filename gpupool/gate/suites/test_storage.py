@@ -8,7 +8,7 @@ import json
 import pytest
 
 from gpupool.gate.actions import Action
-from gpupool.gate.expect import MountExpect
+from gpupool.gate.expect import MountExpect, NodeExpect
 from gpupool.gate.plugin import Measure, node_expectation
 
 SMOKE_MIB = 64
@@ -23,7 +23,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.mark.action(Action.RECONFIGURE)
-def test_mount_present(host, mount: MountExpect, measure: Measure) -> None:  # type: ignore[no-untyped-def]
+def test_mount_present(host, mount: MountExpect, expect: NodeExpect,  # type: ignore[no-untyped-def]
+                       measure: Measure) -> None:
     if mount.fstype == "local":
         ok = host.file(mount.path).is_directory
         measure("directory" if ok else "missing", "directory", ok, f"{mount.path} missing")
@@ -34,6 +35,13 @@ def test_mount_present(host, mount: MountExpect, measure: Measure) -> None:  # t
         measure(None, {"fstype": mount.fstype, "options": list(mount.options)}, False,
                 f"{mount.path} is not mounted")
     options = set(fs["options"].split(","))
+    if expect.lab:
+        # The lab shares one host directory between its hosts in place of the network file
+        # system: it must be mounted, read-only where declared; NFS options do not apply.
+        mode = "ro" if "ro" in mount.options else "rw"
+        measure({"mounted": True, "mode": mode if mode in options else sorted(options)},
+                {"mounted": True, "mode": mode}, mode in options)
+        return
     missing = [o for o in mount.options if o not in options]
     ok = fs["fstype"] in KERNEL_FSTYPE.get(mount.fstype, {mount.fstype}) and not missing
     measure({"fstype": fs["fstype"], "missing_options": missing},
