@@ -358,7 +358,8 @@ def accounting(desc: Description) -> dict[str, Any]:
 
 def burst_config(desc: Description) -> dict[str, Any]:
     """What the resume/suspend programs need, per burst group (see gpupool.burst)."""
-    return {"groups": {
+    return {"resume_program": RESUME_PROGRAM, "suspend_program": SUSPEND_PROGRAM,
+            "config": BURST_CONFIG, "groups": {
         name: {"region": g.region, "nodes": burst_node_names(name, g.max_nodes),
                "instance_types": list(g.instance_types),
                "launch_template": f"{desc.pool.name}-{name}",
