@@ -21,7 +21,7 @@ test: bootstrap lint
 	$(VENV)/pytest $(PYTEST_ARGS)
 
 lint: bootstrap
-	$(VENV)/ruff check gpupool tests
+	$(VENV)/ruff check gpupool tests infra policies bench
 	$(VENV)/yamllint -s .
 
 unit: bootstrap

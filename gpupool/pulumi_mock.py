@@ -1,0 +1,122 @@
+"""Run the Pulumi program without the Pulumi engine, recording what it declares.
+
+The Pulumi CLI and provider plugins cannot be installed everywhere gpupool is checked,
+so `gpupool plan`, `gpupool policy`, the tests and the benchmark run the real program
+under pulumi.runtime.set_mocks. The mocks only echo inputs and invent ids and ARNs;
+nothing here claims how AWS or Kubernetes would answer.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import rpc, settings
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+PROJECT = "gpupool"
+MOCK_AMI = "ami-0123456789abcdef0"
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One registered resource: its engine type, name, parent and inputs."""
+
+    urn: str
+    type: str
+    name: str
+    parent: str | None  # parent URN; None for top-level resources
+    custom: bool  # False for ComponentResources
+    inputs: dict[str, Any]
+    secrets: frozenset[str] = frozenset()  # top-level input names passed as secrets
+
+
+@dataclass
+class Run:
+    stack: str
+    resources: list[Declared] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+
+def plain(value: Any) -> Any:
+    """Protobuf hands numbers back as floats; integral ones become ints again."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+class _Mocks(pulumi.runtime.Mocks):
+    """Echo inputs, fill the computed outputs the program reads (ids, ARNs)."""
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict]:
+        state = dict(args.inputs)
+        state.setdefault("arn", f"arn:mock:{args.typ}:{args.name}")
+        if args.typ == "aws:s3/bucket:Bucket":
+            state["arn"] = f"arn:aws:s3:::{args.inputs.get('bucket', args.name)}"
+        state.setdefault("name", args.inputs.get("name", args.name))
+        state.setdefault("keyId", f"{args.name}-key-id")
+        state.setdefault("prefixListId", f"pl-{args.name}")
+        state.setdefault("dnsName", f"{args.name}.fsx.mock")
+        return f"{args.name}-id", state
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict, list]:
+        if args.token == "aws:ec2/getAmi:getAmi":  # noqa: S105 - an invoke token
+            return {"id": MOCK_AMI, "imageId": MOCK_AMI, "name": "mock"}, []
+        return {}, []
+
+
+class _Monitor(pulumi_mocks.MockMonitor):
+    """Sees each full registration request: parent, custom flag and secret inputs."""
+
+    def __init__(self, mocks: _Mocks, run: Run) -> None:
+        super().__init__(mocks)
+        self.run = run
+
+    def RegisterResource(self, request: Any) -> Any:
+        response = super().RegisterResource(request)
+        if request.type == "pulumi:pulumi:Stack":
+            return response
+        inputs = rpc.deserialize_properties(request.object, keep_unknowns=True)
+        secrets = frozenset(k for k, v in request.object.fields.items()
+                            if v.HasField("struct_value") and v.struct_value.fields.get(
+                                rpc._special_sig_key) is not None
+                            and v.struct_value.fields[rpc._special_sig_key].string_value
+                            == rpc._special_secret_sig)
+        self.run.resources.append(Declared(
+            response.urn, request.type, request.name, request.parent or None,
+            bool(request.custom), plain(inputs), secrets))
+        return response
+
+    def RegisterResourceOutputs(self, request: Any) -> Any:
+        if request.urn.split("::")[2] == "pulumi:pulumi:Stack":
+            self.run.outputs = plain(rpc.deserialize_properties(request.outputs))
+        return super().RegisterResourceOutputs(request)
+
+
+def run(program: Callable[[], None], stack: str, config: dict[str, str] | None = None) -> Run:
+    """Run program as a preview of stack, in a context of its own (Pulumi's settings live
+    in context variables, so runs do not leak into each other)."""
+    return contextvars.copy_context().run(_run, program, stack, config or {})
+
+
+def _run(program: Callable[[], None], stack: str, config: dict[str, str]) -> Run:
+    result = Run(stack)
+    mocks = _Mocks()
+    settings.ROOT.set(None)
+    pulumi.runtime.set_all_config(config)
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=True,
+                             monitor=_Monitor(mocks, result))
+    # set_mocks finishes a root stack at once; ours must collect the program's exports.
+    settings.ROOT.set(None)
+    _sync_await(run_pulumi_func(lambda: pulumi.runtime.stack.Stack(program)))
+    result.resources.sort(key=lambda r: r.urn)
+    return result

@@ -1,0 +1,126 @@
+"""BurstPool: one burst group's cloud nodes, from zero up to its declared maximum."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from gpupool import cloud
+from gpupool.model import Capacity, Description
+from infra.components import Component
+from infra.network import NetworkSegments
+from infra.storage import StorageTiers
+
+
+@dataclass(frozen=True)
+class BurstPoolArgs:
+    desc: Description
+    group: str
+    network: NetworkSegments
+    storage: StorageTiers
+
+
+def _tier_arn(storage: StorageTiers, desc: Description, purpose: str) -> pulumi.Output[str] | None:
+    tier = next((t for t, v in cloud.bucket_tiers(desc).items() if v.purpose.value == purpose),
+                None)
+    return storage.bucket_arns[tier] if tier else None
+
+
+class BurstPool(Component):
+    """Launch template (IMDSv2, encrypted root, EFA interfaces where declared), a cluster
+    placement group for EFA, a mixed-instances autoscaling group with a zero minimum, and
+    a least-privilege instance profile."""
+
+    launch_template_id: pulumi.Output[str]
+    group_name: pulumi.Output[str]
+
+    def __init__(self, name: str, args: BurstPoolArgs,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("BurstPool", name, opts)
+        desc, group = args.desc, args.desc.burst_groups[args.group]
+        tags = cloud.tags(desc, group.team, **{"burst-group": args.group})
+        profile = self._profile(name, args, tags)
+        ami = aws.ec2.get_ami_output(most_recent=True, owners=[cloud.AMI_OWNER], filters=[
+            {"name": "name", "values": [cloud.AMI_NAME]},
+            {"name": "architecture", "values": ["x86_64"]}], opts=pulumi.InvokeOutputOptions(
+                parent=self))
+        sgs = [args.network.security_group_ids[s] for s in ("training", "management")]
+        efa = cloud.efa_interfaces(group)
+        if efa:
+            # Card 0 carries the primary (device 0); every other card one EFA-only device.
+            nics = [{"deviceIndex": 0 if i == 0 else 1, "networkCardIndex": i,
+                     "interfaceType": "efa" if i == 0 else "efa-only",
+                     "securityGroups": sgs, "deleteOnTermination": "true"}
+                    for i in range(efa)]
+        else:
+            nics = [{"deviceIndex": 0, "securityGroups": sgs,
+                     "associatePublicIpAddress": "false", "deleteOnTermination": "true"}]
+        # The pool key lives in the cloud region; elsewhere the account's EBS key is used.
+        key = ({"kmsKeyId": args.storage.key_arn} if group.region == desc.pool.cloud_region
+               else {})
+        template = aws.ec2.LaunchTemplate(
+            name, name=name, image_id=ami.id, update_default_version=True,
+            metadata_options={"httpEndpoint": "enabled", "httpTokens": "required",
+                              "httpPutResponseHopLimit": 1, "instanceMetadataTags": "enabled"},
+            block_device_mappings=[{"deviceName": "/dev/sda1", "ebs": {
+                "encrypted": "true", "volumeSize": cloud.ROOT_VOLUME_GIB, "volumeType": "gp3",
+                "deleteOnTermination": "true", **key}}],
+            iam_instance_profile={"arn": profile.arn},
+            network_interfaces=nics,
+            user_data=base64.b64encode(
+                cloud.user_data(desc, args.group, group).encode()).decode(),
+            tag_specifications=[{"resourceType": r, "tags": tags}
+                                for r in ("instance", "volume", "network-interface")],
+            tags=tags, opts=self.child())
+        placement: dict[str, pulumi.Input[str]] = {}
+        if efa:
+            pg = aws.ec2.PlacementGroup(name, name=name, strategy="cluster", tags=tags,
+                                        opts=self.child())
+            placement = {"placement_group": pg.id}
+        spot = Capacity.SPOT in group.capacity
+        on_demand_base = group.on_demand_base if Capacity.ON_DEMAND in group.capacity else 0
+        subnets = args.network.subnet_ids["training"]
+        asg = aws.autoscaling.Group(
+            name, name=name, min_size=group.min_nodes, max_size=group.max_nodes,
+            vpc_zone_identifiers=[subnets[z] for z in cloud.group_zones(group)],
+            capacity_rebalance=spot, **placement,
+            mixed_instances_policy={
+                "instancesDistribution": {
+                    "onDemandAllocationStrategy": "prioritized",
+                    "onDemandBaseCapacity": on_demand_base,
+                    "onDemandPercentageAboveBaseCapacity": 0 if spot else 100,
+                    "spotAllocationStrategy": "capacity-optimized"},
+                "launchTemplate": {
+                    "launchTemplateSpecification": {"launchTemplateId": template.id,
+                                                    "version": "$Latest"},
+                    "overrides": [{"instanceType": t} for t in group.instance_types]}},
+            tags=[{"key": k, "value": v, "propagateAtLaunch": True}
+                  for k, v in sorted(tags.items())],
+            opts=self.child())
+        self.launch_template_id = template.id
+        self.group_name = asg.name
+        self.register_outputs({"launch_template_id": template.id})
+
+    def _profile(self, name: str, args: BurstPoolArgs,
+                 tags: dict[str, str]) -> aws.iam.InstanceProfile:
+        desc, group = args.desc, args.desc.burst_groups[args.group]
+        role = aws.iam.Role(f"{name}-node", tags=tags, opts=self.child(),
+                            assume_role_policy=json.dumps({
+                                "Version": "2012-10-17", "Statement": [{
+                                    "Effect": "Allow", "Action": "sts:AssumeRole",
+                                    "Principal": {"Service": "ec2.amazonaws.com"}}]}))
+        datasets = _tier_arn(args.storage, desc, "datasets")
+        checkpoints = _tier_arn(args.storage, desc, "checkpoints")
+        document = pulumi.Output.all(datasets, checkpoints, args.storage.key_arn).apply(
+            lambda a: json.dumps(cloud.node_policy(desc, group, a[0], a[1], a[2])))
+        policy = aws.iam.Policy(f"{name}-node", policy=document, tags=tags,
+                                description=f"gpupool burst group {args.group} nodes",
+                                opts=self.child())
+        aws.iam.RolePolicyAttachment(f"{name}-node", role=role.name, policy_arn=policy.arn,
+                                     opts=self.child())
+        return aws.iam.InstanceProfile(f"{name}-node", role=role.name, tags=tags,
+                                       opts=self.child())

@@ -1,0 +1,25 @@
+"""Shared pieces of the components: the component base and resource option helpers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+
+from gpupool.model import Description
+
+TYPE_PREFIX = "gpupool:infra"
+
+
+class Component(pulumi.ComponentResource):
+    """A ComponentResource whose children default to it as parent (and its provider)."""
+
+    def __init__(self, kind: str, name: str, opts: pulumi.ResourceOptions | None) -> None:
+        super().__init__(f"{TYPE_PREFIX}:{kind}", name, None, opts)
+
+    def child(self, **extra: Any) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(parent=self, **extra)
+
+
+def pool_prefix(desc: Description) -> str:
+    return desc.pool.name

@@ -1,0 +1,119 @@
+"""NetworkSegments: a burst region's VPC, shaped like the on-prem segments."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from gpupool import cloud
+from gpupool.model import Description
+from infra.components import Component
+
+# CloudWatch Logs accepts only these retention periods (days).
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096,
+                      1827, 2192, 2557, 2922, 3288, 3653)
+
+
+def flow_log_retention(desc: Description) -> int:
+    """Flow logs are kept like the archive tier: the shortest allowed period covering it."""
+    days = max((t.retention_days for t in desc.storage_tiers.values()
+                if t.purpose.value == "archive"), default=365)
+    return next((d for d in LOG_RETENTION_DAYS if d >= days), LOG_RETENTION_DAYS[-1])
+
+
+@dataclass(frozen=True)
+class NetworkSegmentsArgs:
+    desc: Description
+    region: str
+
+
+class NetworkSegments(Component):
+    """A VPC with one subnet per segment and zone, a security group per segment that
+    admits exactly the declared flows, an S3 gateway endpoint and flow logs."""
+
+    vpc_id: pulumi.Output[str]
+    subnet_ids: dict[str, dict[str, pulumi.Output[str]]]
+    security_group_ids: dict[str, pulumi.Output[str]]
+
+    def __init__(self, name: str, args: NetworkSegmentsArgs,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("NetworkSegments", name, opts)
+        desc, region = args.desc, args.region
+        tags = cloud.tags(desc)
+        cidrs = cloud.vpc_cidrs(desc)
+        vpc = aws.ec2.Vpc(name, cidr_block=cidrs[0], enable_dns_support=True,
+                          enable_dns_hostnames=True, tags={**tags, "Name": name},
+                          opts=self.child())
+        extra = [aws.ec2.VpcIpv4CidrBlockAssociation(
+            f"{name}-cidr-{i}", vpc_id=vpc.id, cidr_block=c, opts=self.child())
+            for i, c in enumerate(cidrs[1:], start=1)]
+        routes = aws.ec2.RouteTable(f"{name}-private", vpc_id=vpc.id,
+                                    tags={**tags, "Name": f"{name}-private"},
+                                    opts=self.child())
+        self.subnet_ids = {}
+        for (segment, zone), cidr in cloud.subnets(desc, region).items():
+            sname = f"{name}-{segment}-{zone}"
+            subnet = aws.ec2.Subnet(sname, vpc_id=vpc.id, cidr_block=cidr,
+                                    availability_zone=zone, map_public_ip_on_launch=False,
+                                    tags={**tags, "Name": sname, "segment": segment},
+                                    opts=self.child(depends_on=extra))
+            aws.ec2.RouteTableAssociation(sname, subnet_id=subnet.id, route_table_id=routes.id,
+                                          opts=self.child())
+            self.subnet_ids.setdefault(segment, {})[zone] = subnet.id
+        endpoint = aws.ec2.VpcEndpoint(f"{name}-s3", vpc_id=vpc.id,
+                                       service_name=f"com.amazonaws.{region}.s3",
+                                       vpc_endpoint_type="Gateway",
+                                       route_table_ids=[routes.id],
+                                       tags={**tags, "Name": f"{name}-s3"}, opts=self.child())
+        groups = {seg: aws.ec2.SecurityGroup(
+            f"{name}-{seg}", name=f"{name}-{seg}", vpc_id=vpc.id,
+            description=f"gpupool {seg} segment: declared flows only",
+            revoke_rules_on_delete=True, tags={**tags, "Name": f"{name}-{seg}",
+                                               "segment": seg},
+            opts=self.child()) for seg in sorted(desc.network.segments)}
+        for rule in cloud.firewall_rules(desc):
+            flow = desc.network.flows[rule.flow]
+            kind = (aws.vpc.SecurityGroupIngressRule if rule.direction == "ingress"
+                    else aws.vpc.SecurityGroupEgressRule)
+            peer = ({"referenced_security_group_id": groups[rule.peer_segment].id}
+                    if rule.peer_segment else {"cidr_ipv4": rule.peer_cidr})
+            ports = {} if rule.port is None else {"from_port": rule.port, "to_port": rule.port}
+            kind(f"{name}-{rule.key}", security_group_id=groups[rule.segment].id,
+                 ip_protocol=rule.protocol, description=(
+                     flow.description or f"flow {flow.from_} to {flow.to}")[:255],
+                 tags={**tags, "flow": str(rule.flow)}, **peer, **ports,
+                 opts=self.child())
+        # Nodes reach their buckets through the gateway endpoint, nothing else outside.
+        aws.vpc.SecurityGroupEgressRule(
+            f"{name}-training-eg-s3", security_group_id=groups["training"].id,
+            ip_protocol="tcp", from_port=443, to_port=443,
+            prefix_list_id=endpoint.prefix_list_id, description="S3 through the endpoint",
+            tags=tags, opts=self.child())
+        self._flow_logs(name, desc, vpc, tags)
+        self.vpc_id = vpc.id
+        self.security_group_ids = {seg: g.id for seg, g in groups.items()}
+        self.register_outputs({"vpc_id": vpc.id})
+
+    def _flow_logs(self, name: str, desc: Description, vpc: aws.ec2.Vpc,
+                   tags: dict[str, str]) -> None:
+        group = aws.cloudwatch.LogGroup(f"{name}-flow-logs", name=f"/gpupool/{name}/flow-logs",
+                                        retention_in_days=flow_log_retention(desc), tags=tags,
+                                        opts=self.child())
+        role = aws.iam.Role(f"{name}-flow-logs", tags=tags, opts=self.child(),
+                            assume_role_policy=json.dumps({
+                                "Version": "2012-10-17", "Statement": [{
+                                    "Effect": "Allow", "Action": "sts:AssumeRole",
+                                    "Principal": {"Service": "vpc-flow-logs.amazonaws.com"}}]}))
+        aws.iam.RolePolicy(f"{name}-flow-logs", role=role.id, opts=self.child(),
+                           policy=group.arn.apply(lambda arn: json.dumps({
+                               "Version": "2012-10-17", "Statement": [{
+                                   "Effect": "Allow",
+                                   "Action": ["logs:CreateLogStream", "logs:PutLogEvents",
+                                              "logs:DescribeLogStreams"],
+                                   "Resource": [arn, f"{arn}:*"]}]})))
+        aws.ec2.FlowLog(f"{name}-flow-logs", vpc_id=vpc.id, traffic_type="ALL",
+                        log_destination_type="cloud-watch-logs", log_destination=group.arn,
+                        iam_role_arn=role.arn, tags=tags, opts=self.child())

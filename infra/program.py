@@ -1,0 +1,51 @@
+"""The whole program: components per capability, and the stack outputs others read."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_aws as aws
+
+from gpupool import cloud, loader
+from gpupool.model import Description
+from infra.burst import BurstPool, BurstPoolArgs
+from infra.cluster import ClusterServices, ClusterServicesArgs
+from infra.network import NetworkSegments, NetworkSegmentsArgs
+from infra.storage import StorageTiers, StorageTiersArgs
+
+
+def declare(desc: Description) -> None:
+    """Declare every resource of a pool and export what Ansible, the schedulers and the
+    runbooks read."""
+    pool = desc.pool.name
+    providers = {r: aws.Provider(f"aws-{r}", region=r)
+                 for r in sorted({desc.pool.cloud_region, *cloud.regions(desc)})}
+    networks = {r: NetworkSegments(f"{pool}-{r}", NetworkSegmentsArgs(desc, r),
+                                   pulumi.ResourceOptions(providers=[providers[r]]))
+                for r in cloud.regions(desc)}
+    storage = StorageTiers(pool, StorageTiersArgs(desc, networks.get(desc.pool.cloud_region)),
+                           pulumi.ResourceOptions(
+                               providers=[providers[desc.pool.cloud_region]]))
+    bursts = {g: BurstPool(f"{pool}-{g}", BurstPoolArgs(desc, g, networks[b.region], storage),
+                           pulumi.ResourceOptions(providers=[providers[b.region]]))
+              for g, b in desc.burst_groups.items()}
+    cluster = ClusterServices(pool, ClusterServicesArgs(desc))
+
+    pulumi.export("onprem_segments", {
+        "segments": {n: s.model_dump(mode="json") for n, s in desc.network.segments.items()},
+        "flows": [f.model_dump(mode="json", by_alias=True) for f in desc.network.flows],
+        "admin_cidrs": list(desc.network.admin_cidrs)})
+    pulumi.export("buckets", storage.bucket_names)
+    if storage.scratch_dns is not None:
+        pulumi.export("scratch_dns", storage.scratch_dns)
+    pulumi.export("vpcs", {r: n.vpc_id for r, n in networks.items()})
+    pulumi.export("subnets", {r: n.subnet_ids for r, n in networks.items()})
+    pulumi.export("security_groups", {r: n.security_group_ids for r, n in networks.items()})
+    pulumi.export("launch_templates", {g: b.launch_template_id for g, b in bursts.items()})
+    pulumi.export("autoscaling_groups", {g: b.group_name for g, b in bursts.items()})
+    pulumi.export("queues", cluster.queues)
+
+
+def main() -> None:
+    """What the Pulumi CLI runs: the stack config names the description."""
+    path = pulumi.Config("gpupool").require("description")
+    declare(loader.load_file(loader.PROJECT_ROOT / path))

@@ -1,0 +1,328 @@
+"""The Pulumi program's inputs, checked against the description (mocks fixture: the
+Pulumi engine and cloud APIs are replaced by gpupool.pulumi_mock, which echoes inputs)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import runpy
+from collections import defaultdict
+
+import pytest
+
+from gpupool import cloud, loader, pulumi_mock
+from gpupool.catalog import INSTANCE_TYPES
+from gpupool.facts import gpu_capacity
+from gpupool.k8s_objects import GPU_RESOURCE, manifests, object_key
+from gpupool.model import Capacity
+from gpupool.scheduling import class_policies, team_quotas
+from tests._pulumi import declared, declared_mutated, of_type, one
+from tests.conftest import ROOT
+
+STACKS = ["lab", "example"]
+COMPONENTS = {"NetworkSegments", "BurstPool", "StorageTiers", "ClusterServices"}
+
+
+@pytest.fixture(scope="module", params=STACKS)
+def stack(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def test_one_component_per_capability_and_everything_inside_one(stack: str) -> None:
+    run = declared(stack)
+    kinds = {r.type.rsplit(":", 1)[1] for r in run.resources if not r.custom}
+    assert kinds == COMPONENTS
+    orphans = [r.name for r in run.resources if r.custom and r.parent is None
+               and not r.type.startswith("pulumi:providers:")]
+    assert orphans == []
+
+
+def test_taggable_resources_carry_pool_team_and_cost_centre(stack: str) -> None:
+    desc = loader.load_stack(stack, ROOT)
+    cost_centres = {desc.pool.cost_centre, *(t.cost_centre for t in desc.teams.values())}
+    checked = 0
+    for r in pulumi_mock_resources(stack):
+        if r.type.startswith("kubernetes:"):
+            tags = {k.removeprefix(cloud.LABEL_PREFIX): v
+                    for k, v in r.inputs["metadata"]["labels"].items()}
+        elif cloud.aws_taggable(r.type):
+            tags = r.inputs.get("tags")
+            if isinstance(tags, list):  # autoscaling groups list their tags
+                tags = {t["key"]: t["value"] for t in tags}
+        else:
+            continue
+        checked += 1
+        assert tags[cloud.TAG_POOL] == desc.pool.name, r.name
+        assert tags[cloud.TAG_TEAM] in {*desc.teams, cloud.SHARED}, r.name
+        assert tags[cloud.TAG_COST_CENTRE] in cost_centres, r.name
+    assert checked > 50
+
+
+def pulumi_mock_resources(stack: str) -> list[pulumi_mock.Declared]:
+    return [r for r in declared(stack).resources if r.custom]
+
+
+def test_main_reads_the_stack_config() -> None:
+    """What the Pulumi CLI runs: infra/__main__.py with gpupool:description set."""
+    cfg = loader.stack_config_path("lab", ROOT).read_text()
+    path = cfg.split("gpupool:description:")[1].strip()
+    run = pulumi_mock.run(lambda: runpy.run_path(str(ROOT / "infra" / "__main__.py")), "lab",
+                          {"gpupool:description": path})
+    assert [(r.type, r.name) for r in run.resources] == [
+        (r.type, r.name) for r in declared("lab").resources]
+
+
+# --- network -------------------------------------------------------------------------
+
+def test_subnets_per_segment_and_zone_inside_cloud_cidrs(stack: str) -> None:
+    desc = loader.load_stack(stack, ROOT)
+    subnets = of_type(declared(stack), ":Subnet")
+    zones = {z for g in desc.burst_groups.values() for z in g.availability_zones}
+    assert len(subnets) == len(desc.network.segments) * len(zones)
+    nets = []
+    for s in subnets:
+        segment = s.inputs["tags"]["segment"]
+        net = ipaddress.ip_network(s.inputs["cidrBlock"])
+        assert net.subnet_of(ipaddress.ip_network(desc.network.segments[segment].cloud_cidr))
+        assert s.inputs["availabilityZone"] in zones
+        assert s.inputs["mapPublicIpOnLaunch"] is False
+        nets.append(net)
+    assert all(not a.overlaps(b) for i, a in enumerate(nets) for b in nets[i + 1:])
+
+
+def test_no_ingress_from_anywhere_and_management_only_from_admin_cidrs(stack: str) -> None:
+    desc = loader.load_stack(stack, ROOT)
+    run = declared(stack)
+    groups = {r.inputs["name"].rsplit("-", 1)[1]: r for r in of_type(run, ":SecurityGroup")}
+    ids = {f"{r.name}-id": seg for seg, r in groups.items()}
+    allowed = {(f.from_, f.to, p) for f in desc.network.flows for p in (f.ports or [None])}
+    ingress = of_type(run, ":SecurityGroupIngressRule")
+    assert ingress
+    for rule in ingress:
+        cidr = rule.inputs.get("cidrIpv4")
+        assert cidr not in ("0.0.0.0/0", "::/0"), rule.name
+        target = ids[rule.inputs["securityGroupId"]]
+        if cidr is None:
+            source = ids[rule.inputs["referencedSecurityGroupId"]]
+        else:
+            source = next(s for s, seg in desc.network.segments.items()
+                          if cidr in (seg.cidr, seg.cloud_cidr)
+                          or (s == "management" and cidr in desc.network.admin_cidrs))
+        if source == "management" and cidr is not None:
+            assert cidr in desc.network.admin_cidrs, rule.name
+        assert (source, target, rule.inputs.get("fromPort")) in allowed, rule.name
+    # Every declared flow is open, from the source group and from on-prem.
+    for f in desc.network.flows:
+        for port in f.ports or [None]:
+            found = {("sg" if "referencedSecurityGroupId" in r.inputs else "cidr")
+                     for r in ingress if ids[r.inputs["securityGroupId"]] == f.to
+                     and r.inputs.get("fromPort") == port}
+            assert found == {"sg", "cidr"}, (f, port)
+
+
+def test_s3_endpoint_and_flow_logs_per_vpc(stack: str) -> None:
+    run = declared(stack)
+    vpcs = of_type(run, ":Vpc")
+    assert len(of_type(run, ":VpcEndpoint")) == len(vpcs) == len(of_type(run, ":FlowLog"))
+    for ep in of_type(run, ":VpcEndpoint"):
+        assert ep.inputs["vpcEndpointType"] == "Gateway"
+        assert ep.inputs["serviceName"].endswith(".s3")
+
+
+# --- burst pools -----------------------------------------------------------------------
+
+def test_launch_templates_require_imdsv2_and_encrypt_root(stack: str) -> None:
+    desc = loader.load_stack(stack, ROOT)
+    for name, group in desc.burst_groups.items():
+        lt = one(declared(stack), ":LaunchTemplate", f"{desc.pool.name}-{name}")
+        assert lt.inputs["metadataOptions"]["httpTokens"] == "required"
+        assert [b["ebs"]["encrypted"] for b in lt.inputs["blockDeviceMappings"]] == ["true"]
+        efa = [n for n in lt.inputs["networkInterfaces"] if "interfaceType" in n]
+        expected = min(INSTANCE_TYPES[t].efa_interfaces for t in group.instance_types)
+        assert len(efa) == (expected if group.efa else 0)
+
+
+def test_efa_groups_sit_in_one_cluster_placement_group() -> None:
+    desc = loader.load_stack("example", ROOT)
+    run = declared("example")
+    groups = {r.name: r for r in of_type(run, "autoscaling/group:Group")}
+    placement = {r.name: r for r in of_type(run, ":PlacementGroup")}
+    for name, group in desc.burst_groups.items():
+        asg = groups[f"{desc.pool.name}-{name}"]
+        if group.efa:
+            assert placement[asg.name].inputs["strategy"] == "cluster"
+            assert asg.inputs["placementGroup"] == f"{asg.name}-id"
+            assert len(asg.inputs["vpcZoneIdentifiers"]) == 1
+        else:
+            assert "placementGroup" not in asg.inputs and asg.name not in placement
+
+
+def test_autoscaling_groups_follow_the_burst_groups(stack: str) -> None:
+    desc = loader.load_stack(stack, ROOT)
+    for name, group in desc.burst_groups.items():
+        asg = one(declared(stack), "autoscaling/group:Group", f"{desc.pool.name}-{name}")
+        mip = asg.inputs["mixedInstancesPolicy"]
+        dist = mip["instancesDistribution"]
+        assert [o["instanceType"] for o in mip["launchTemplate"]["overrides"]] == \
+            group.instance_types
+        assert dist["spotAllocationStrategy"] == "capacity-optimized"
+        assert dist["onDemandBaseCapacity"] == group.on_demand_base
+        spot = Capacity.SPOT in group.capacity
+        assert dist["onDemandPercentageAboveBaseCapacity"] == (0 if spot else 100)
+        assert (asg.inputs["minSize"], asg.inputs["maxSize"]) == (group.min_nodes,
+                                                                  group.max_nodes)
+
+
+def _statements(run: pulumi_mock.Run, name: str) -> dict[str, dict]:
+    doc = json.loads(one(run, "iam/policy:Policy", name).inputs["policy"])
+    return {s["Sid"]: s for s in doc["Statement"]}
+
+
+def test_instance_profile_least_privilege_shared_and_team_groups() -> None:
+    desc = loader.load_stack("example", ROOT)
+    shared = _statements(declared("example"), "prod-l40s-burst-node")
+    ckpt = cloud.bucket_name(desc, "checkpoints")
+    assert shared["ReadWriteCheckpoints"]["Resource"] == [
+        f"arn:aws:s3:::{ckpt}/{t}/*" for t in desc.teams]
+    assert shared["ReadDatasets"]["Action"] == ["s3:GetObject", "s3:ListBucket"]
+    run = declared_mutated("example", [{"set": "burst_groups.l40s-burst.team",
+                                        "value": "vision"}])
+    own = _statements(run, "prod-l40s-burst-node")
+    assert own["ReadWriteCheckpoints"]["Resource"] == [f"arn:aws:s3:::{ckpt}/vision/*"]
+    assert own["ListCheckpoints"]["Condition"]["StringLike"]["s3:prefix"] == ["vision/*"]
+    assert one(run, ":LaunchTemplate", "prod-l40s-burst").inputs["tags"]["team"] == "vision"
+    actions = {a for s in own.values() for a in s["Action"]}
+    assert not any(a.endswith("*") for a in actions)
+
+
+# --- storage ---------------------------------------------------------------------------
+
+def test_buckets_private_encrypted_and_versioned_as_declared(stack: str) -> None:
+    desc = loader.load_stack(stack, ROOT)
+    run = declared(stack)
+    versioned = {r.inputs["bucket"] for r in of_type(run, ":BucketVersioning")}
+    for tier, t in cloud.bucket_tiers(desc).items():
+        name = cloud.bucket_name(desc, tier)
+        res = f"{desc.pool.name}-{tier}"
+        assert one(run, ":Bucket", res).inputs["bucket"] == name
+        pab = one(run, ":BucketPublicAccessBlock", res).inputs
+        assert all(pab[k] is True for k in ("blockPublicAcls", "blockPublicPolicy",
+                                            "ignorePublicAcls", "restrictPublicBuckets"))
+        sse = one(run, ":BucketServerSideEncryptionConfiguration", res).inputs["rules"][0]
+        assert sse["applyServerSideEncryptionByDefault"]["sseAlgorithm"] == "aws:kms"
+        assert (name in versioned) == t.versioning
+
+
+def test_lifecycle_follows_retention(stack: str) -> None:
+    desc = loader.load_stack(stack, ROOT)
+    allowed = {"hot": {None}, "warm": {"STANDARD_IA", "INTELLIGENT_TIERING"},
+               "archive": {"GLACIER", "DEEP_ARCHIVE"}}
+    for tier, t in cloud.bucket_tiers(desc).items():
+        rule, = one(declared(stack), ":BucketLifecycleConfiguration",
+                    f"{desc.pool.name}-{tier}").inputs["rules"]
+        assert rule["expiration"]["days"] == t.retention_days
+        assert rule["abortIncompleteMultipartUpload"]["daysAfterInitiation"] > 0
+        steps = {s["days"]: s["storageClass"] for s in rule.get("transitions", [])}
+        for tr in t.lifecycle:
+            assert steps[tr.after_days] in allowed[tr.temperature.value]
+        assert all(d < t.retention_days for d in steps)
+        if t.temperature.value != "hot":
+            assert steps[0] in allowed[t.temperature.value]
+
+
+def test_lifecycle_storage_class_rules() -> None:
+    # S3 refuses STANDARD_IA before day 30; deep archive only pays off for 180+ days.
+    from gpupool.model import Temperature  # noqa: PLC0415
+
+    assert cloud.storage_class(Temperature.WARM, 14, 90) == "INTELLIGENT_TIERING"
+    assert cloud.storage_class(Temperature.WARM, 30, 90) == "STANDARD_IA"
+    assert cloud.storage_class(Temperature.ARCHIVE, 45, 90) == "GLACIER"
+    assert cloud.storage_class(Temperature.ARCHIVE, 180, 1095) == "DEEP_ARCHIVE"
+    assert cloud.storage_class(Temperature.HOT, 0, 10) is None
+
+
+def test_lustre_scratch_sized_and_linked_to_datasets() -> None:
+    desc = loader.load_stack("example", ROOT)
+    fs = one(declared("example"), ":LustreFileSystem", "prod-scratch").inputs
+    assert fs["storageCapacity"] >= desc.storage_tiers["scratch"].size_tib * 1024
+    assert fs["storageCapacity"] % cloud.FSX_STEP_GIB == 0
+    assert fs["importPath"] == f"s3://{cloud.bucket_name(desc, 'datasets')}"
+    assert of_type(declared("lab"), ":LustreFileSystem") == []  # lab scratch is local
+
+
+# --- cluster ---------------------------------------------------------------------------
+
+def test_cluster_services_declares_exactly_the_manifests(stack: str) -> None:
+    desc = loader.load_stack(stack, ROOT)
+    recorded = {r.name: r.inputs for r in declared(stack).resources
+                if r.type.startswith("kubernetes:")}
+    wanted = {object_key(m): m for m in manifests(desc)}
+    assert recorded == wanted
+
+
+def test_kueue_quotas_equal_the_scheduling_model(stack: str) -> None:
+    desc = loader.load_stack(stack, ROOT)
+    run = declared(stack)
+    nominal: dict[tuple[str, str], int] = defaultdict(int)
+    per_flavor: dict[str, int] = defaultdict(int)
+    for cq in of_type(run, ":ClusterQueue"):
+        team = cq.inputs["metadata"]["name"]
+        for flavor in cq.inputs["spec"]["resourceGroups"][0]["flavors"]:
+            res, = flavor["resources"]
+            assert res["name"] == GPU_RESOURCE
+            model = flavor["name"].split("-", 1)[0]
+            nominal[(team, model)] += res["nominalQuota"]
+            per_flavor[flavor["name"]] += res["nominalQuota"]
+            capacity = gpu_capacity(desc)[model][flavor["name"].split("-", 1)[1]]
+            assert res["nominalQuota"] + res["borrowingLimit"] <= capacity
+            assert res["borrowingLimit"] <= desc.teams[team].borrowing_limit.get(model, 0)
+    assert dict(nominal) == {(q.team, q.model): q.nominal for q in team_quotas(desc)}
+    for flavor, total in per_flavor.items():
+        model, kind = flavor.split("-", 1)
+        assert total <= gpu_capacity(desc)[model][kind]
+    flavors = {r.inputs["metadata"]["name"] for r in of_type(run, ":ResourceFlavor")}
+    assert flavors == {f"{m}-{k}" for m, c in gpu_capacity(desc).items()
+                       for k, n in c.items() if n}
+
+
+def test_resource_quota_is_quota_plus_borrowing(stack: str) -> None:
+    desc = loader.load_stack(stack, ROOT)
+    for team, t in desc.teams.items():
+        rq = one(declared(stack), "v1:ResourceQuota", f"resourcequota-{team}-gpu-quota")
+        assert rq.inputs["spec"]["hard"][f"requests.{GPU_RESOURCE}"] == str(
+            sum(t.quota.values()) + sum(t.borrowing_limit.values()))
+
+
+def test_priorities_come_from_class_policies(stack: str) -> None:
+    desc = loader.load_stack(stack, ROOT)
+    run = declared(stack)
+    for kind in (":PriorityClass", ":WorkloadPriorityClass"):
+        got = {r.inputs["metadata"]["name"]: r.inputs["value"] for r in of_type(run, kind)}
+        assert got == {c.name: c.priority for c in class_policies(desc)}
+
+
+def test_namespace_guards_and_rbac_per_team(stack: str) -> None:
+    desc = loader.load_stack(stack, ROOT)
+    run = declared(stack)
+    for team, t in desc.teams.items():
+        deny = one(run, ":NetworkPolicy", f"networkpolicy-{team}-default-deny").inputs["spec"]
+        assert deny == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+        one(run, ":LimitRange", f"limitrange-{team}-defaults")
+        for role, users in t.members.items():
+            rb = one(run, ":RoleBinding", f"rolebinding-{team}-{role.value}").inputs
+            assert [s["name"] for s in rb["subjects"]] == users
+        for role in ("researcher", "oncall", "contractor"):
+            one(run, "v1:Role", f"role-{team}-{role}")
+        lq = one(run, ":LocalQueue", f"localqueue-{team}-{team}").inputs
+        assert lq["spec"]["clusterQueue"] == team
+
+
+def test_stack_outputs_name_what_others_read(stack: str) -> None:
+    desc = loader.load_stack(stack, ROOT)
+    out = declared(stack).outputs
+    assert out["buckets"] == {t: cloud.bucket_name(desc, t) for t in cloud.bucket_tiers(desc)}
+    assert set(out["queues"]) == set(desc.teams)
+    assert set(out["launch_templates"]) == set(desc.burst_groups)
+    assert set(out["onprem_segments"]["segments"]) == set(desc.network.segments)
+    for region, segs in out["subnets"].items():
+        assert set(segs) == set(desc.network.segments), region
