@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from gpupool import cloud
 from gpupool.facts import (
     burst_gpus_per_node,
     burst_instance_types,
@@ -362,10 +363,11 @@ def burst_config(desc: Description) -> dict[str, Any]:
             "config": BURST_CONFIG, "groups": {
         name: {"region": g.region, "nodes": burst_node_names(name, g.max_nodes),
                "instance_types": list(g.instance_types),
+               # The name infra/program.py gives the group's BurstPool and launch template.
                "launch_template": f"{desc.pool.name}-{name}",
                "capacity": [c.value for c in g.capacity],
-               "tags": {"gpupool:pool": desc.pool.name, "gpupool:burst-group": name,
-                        "team": g.team or "shared"}}
+               # The tags the Pulumi program puts on everything of the group.
+               "tags": cloud.tags(desc, g.team, **{"burst-group": name})}
         for name, g in desc.burst_groups.items()}}
 
 

@@ -163,7 +163,8 @@ def test_resume_launches_from_the_template_and_registers(config):
         inst = live[g.node][0]
         tags = {t["Key"]: t["Value"] for t in inst["Tags"]}
         assert tags[burst.NODE_TAG] == g.node
-        assert tags["gpupool:pool"] == "lab"
+        assert tags["pool"] == "lab"
+        assert tags["cost-centre"] == "cc-lab"
         assert inst["InstanceType"] == g.instance_type
         assert (f"nodename={g.node}", f"nodeaddr={inst['PrivateIpAddress']}",
                 f"nodehostname={g.node}") in calls
