@@ -33,7 +33,7 @@ import yaml
 
 from gpupool import inventory, labmirror
 from gpupool.loader import PROJECT_ROOT
-from gpupool.model import Description
+from gpupool.model import Description, FsType
 
 Report = Callable[[str], None]
 
@@ -306,6 +306,22 @@ def _inspect(name: str) -> dict[str, object] | None:
     return json.loads(proc.stdout)[0] if proc.returncode == 0 else None
 
 
+def shared_mounts(desc: Description) -> list[str]:
+    """podman -v arguments: one host directory per network file system tier, shared by
+    every lab host at the tier's mount point. It stands in for the NFS or Lustre server
+    the lab cannot run (no kernel NFS server in unprivileged containers), so checkpoints
+    written on one host are read on another, as on a real pool."""
+    args = []
+    for name, tier in desc.storage_tiers.items():
+        if tier.mount is None or tier.mount.fstype not in (FsType.NFS, FsType.LUSTRE):
+            continue
+        src = lab_dir(desc) / "storage" / name
+        src.mkdir(parents=True, exist_ok=True)
+        mode = "ro" if "ro" in tier.mount.options else "rw"
+        args += ["-v", f"{src}:{tier.mount.path}:{mode}"]
+    return args
+
+
 def ensure_host(desc: Description, node: str, image: str) -> None:
     name = container_name(desc, node)
     info = _inspect(name)
@@ -324,6 +340,7 @@ def ensure_host(desc: Description, node: str, image: str) -> None:
                "--cap-add", "NET_ADMIN", "--security-opt", "unmask=/proc/sys",
                "-v", f"{key_path(desc)}.pub:/root/.ssh/authorized_keys:ro",
                "-v", f"{mirror_dir(desc)}:{MIRROR_MOUNT}:ro",
+               *shared_mounts(desc),
                image)
     if info is None or info["State"]["Status"] != "running":  # type: ignore[index]
         podman("start", name)
