@@ -87,3 +87,24 @@ def test_checkpoints_are_atomic_and_bounded(tmp_path: Path) -> None:
     names = sorted(p.name for p in ckpt.iterdir())
     assert names == ["ckpt-00000030.json", "ckpt-00000035.json", "ckpt-00000040.json",
                      "result.json"]  # no temporary files left, only KEEP checkpoints
+
+
+def test_storage_outage_neither_crashes_nor_corrupts(
+        tmp_path: Path, reference_result: dict) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "ckpt"
+    link.symlink_to(real)
+    env = _env(link, step_s=0.01)
+    proc = _start_and_wait_for(env, real, 2)
+    link.unlink()  # the file system goes away under the job
+    link.symlink_to(tmp_path / "gone")
+    time.sleep(0.15)
+    link.unlink()
+    link.symlink_to(real)  # and comes back
+    out, _ = proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == 0, out
+    assert "failed" in out and "retrying at the next one" in out
+    for ckpt in real.glob("ckpt-*.json"):
+        assert reference_train.load_latest(ckpt.parent) is not None
+    assert json.loads((real / "result.json").read_text()) == reference_result

@@ -12,6 +12,8 @@ training script can adopt:
   corrupt or truncated one is skipped in favour of the one before.
 - On SIGTERM (Slurm's preemption or shutdown signal, sent GraceTime before the kill)
   the job saves a checkpoint at once and exits 143, so a requeue loses nothing.
+- A checkpoint that cannot be written (storage briefly unavailable) is reported and
+  tried again at the next interval; the previous checkpoints stay valid meanwhile.
 - When done it writes result.json (final step, loss and a digest of the weights) and
   exits 0. Same seed and steps give the same result however often it was interrupted.
 """
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 EXIT_PREEMPTED = 143  # 128 + SIGTERM: "saved, requeue me"
+EXIT_STORAGE = 75  # EX_TEMPFAIL: storage stayed away; the last good checkpoint stands
 KEEP = 3  # checkpoints kept: a corrupt newest one still leaves a fallback
 DIM = 16
 
@@ -80,6 +83,16 @@ def save(ckpt_dir: Path, step: int, weights: list[float], loss: float) -> Path:
     return final
 
 
+def try_save(ckpt_dir: Path, step: int, weights: list[float], loss: float) -> bool:
+    try:
+        save(ckpt_dir, step, weights, loss)
+    except OSError as exc:
+        log(f"checkpoint at step {step} failed ({exc.strerror}); retrying at the next one")
+        return False
+    log(f"checkpoint step {step}")
+    return True
+
+
 def load_latest(ckpt_dir: Path) -> dict[str, Any] | None:
     """The newest checkpoint whose checksum holds; corrupt ones are reported and skipped."""
     for path in sorted(ckpt_dir.glob("ckpt-*.json"), reverse=True):
@@ -121,15 +134,22 @@ def main() -> int:
     log(f"start at step {step} of {steps} (restart {os.environ.get('SLURM_RESTART_COUNT', '0')})")
     while step < steps:
         if stop["requested"]:
-            save(ckpt_dir, step, weights, loss)
-            log(f"preempted: saved step {step}, exiting {EXIT_PREEMPTED}")
+            try_save(ckpt_dir, step, weights, loss)
+            log(f"preempted at step {step}, exiting {EXIT_PREEMPTED}")
             return EXIT_PREEMPTED
         loss = train_step(weights, seed, step)
         step += 1
-        if step % every == 0 or step == steps:
-            save(ckpt_dir, step, weights, loss)
+        if step % every == 0:
+            try_save(ckpt_dir, step, weights, loss)
         if step_s:
             time.sleep(step_s)
+    # The final checkpoint and the result must land: wait for storage, boundedly.
+    deadline = time.monotonic() + float(os.environ.get("GPUPOOL_STORAGE_WAIT_S", "300"))
+    while not try_save(ckpt_dir, step, weights, loss):
+        if time.monotonic() > deadline:
+            log("storage did not come back; exiting so the job can be requeued")
+            return EXIT_STORAGE
+        time.sleep(1)
     result = {"step": step, "loss": round(loss, 12),
               "weights_sha256": hashlib.sha256(json.dumps(weights).encode()).hexdigest()}
     (ckpt_dir / "result.json").write_text(json.dumps(result) + "\n")
