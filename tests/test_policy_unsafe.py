@@ -96,3 +96,18 @@ def test_cli_policy_passes_shipped_stacks(capsys: pytest.CaptureFixture[str]) ->
         data = json.loads(capsys.readouterr().out)
         assert data["passed"] is True and data["violations"] == []
     assert (ROOT / "policies" / "PulumiPolicy.yaml").is_file()
+
+
+def test_cli_report_groups_violations_by_resource(capsys: pytest.CaptureFixture[str]) -> None:
+    from gpupool.commands.policy import report  # noqa: PLC0415 - registers the command
+
+    found = violations(_unsafe_program_inputs(), "lab")
+    report(found)
+    lines = capsys.readouterr().out.splitlines()
+    headers = [line for line in lines if not line.startswith("  ")]
+    assert headers == sorted(set(headers), key=lambda h: (h != "stack", h))
+    assert len(headers) == len({v.resource for v in found})
+    ssh = next(i for i, line in enumerate(lines) if line.endswith(SSH_RULE))
+    below = lines[ssh + 1:ssh + 4]
+    assert any("mandatory network-no-open-ingress: ingress from 0.0.0.0/0" in line
+               for line in below), below
