@@ -9,6 +9,7 @@ import runpy
 from collections import defaultdict
 
 import pytest
+import yaml
 
 from gpupool import cloud, loader, pulumi_mock
 from gpupool.catalog import INSTANCE_TYPES
@@ -60,10 +61,10 @@ def test_taggable_resources_carry_pool_team_and_cost_centre(stack: str) -> None:
 
 def test_main_reads_the_stack_config() -> None:
     """What the Pulumi CLI runs: infra/__main__.py with gpupool:description set."""
-    cfg = loader.stack_config_path("lab", ROOT).read_text()
-    path = cfg.split("gpupool:description:")[1].strip()
+    cfg = yaml.safe_load(loader.stack_config_path("lab", ROOT).read_text())
+    path = cfg["config"][loader.CONFIG_KEY]
     run = pulumi_mock.run(lambda: runpy.run_path(str(ROOT / "infra" / "__main__.py")), "lab",
-                          {"gpupool:description": path})
+                          {loader.CONFIG_KEY: path})
     assert [(r.type, r.name) for r in run.resources] == [
         (r.type, r.name) for r in declared("lab").resources]
 
