@@ -216,54 +216,83 @@ def team_objects(desc: Description, team: str) -> list[Manifest]:
                     "roleRef": {"apiGroup": RBAC_API, "kind": ref_kind, "name": ref_name},
                     "subjects": [{"kind": "User", "apiGroup": RBAC_API, "name": u}
                                  for u in users]})
-    out.append(cluster_queue(desc, team, quotas))
-    out.append({"apiVersion": KUEUE_API, "kind": "LocalQueue",
-                "metadata": _meta(desc, team, team, team), "spec": {"clusterQueue": team}})
+    out += cluster_queues(desc, team, quotas)
+    # One LocalQueue per task class: users name the class, the queue picks the ClusterQueue.
+    out += [{"apiVersion": KUEUE_API, "kind": "LocalQueue",
+             "metadata": _meta(desc, c, team, team),
+             "spec": {"clusterQueue": queue_of(desc, team, c)}} for c in desc.task_classes]
     return out
 
 
-def preemption(desc: Description) -> dict[str, Any]:
-    """Kueue preempts by priority only: lower-priority work may be preempted inside a
-    queue, and when borrowing, up to the highest priority any class may preempt."""
-    pairs = preemption_pairs(desc)
-    if not pairs:
-        return {"withinClusterQueue": "Never", "reclaimWithinCohort": "Never",
-                "borrowWithinCohort": {"policy": "Never"}}
-    prio = {c.name: c.priority for c in class_policies(desc)}
-    return {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "LowerPriority",
-            "borrowWithinCohort": {"policy": "LowerPriority",
-                                   "maxPriorityThreshold": max(prio[v] for _, v in pairs)}}
+def preemptible_classes(desc: Description) -> list[str]:
+    return [c.name for c in class_policies(desc) if c.preemptible]
+
+
+def guaranteed_classes(desc: Description) -> list[str]:
+    return [c.name for c in class_policies(desc) if not c.preemptible]
+
+
+def queue_of(desc: Description, team: str, task_class: str) -> str:
+    """The ClusterQueue a team's workloads of a class go to."""
+    return f"{team}-preemptible" if desc.task_classes[task_class].preemptible else team
 
 
 def kueue_preemption_pairs(desc: Description) -> set[tuple[str, str]]:
-    """(preemptor, victim) class pairs the rendered Kueue settings permit.
+    """(preemptor, victim) class pairs the rendered queues permit.
 
-    Kueue decides by priority alone, so it permits every pair the scheduling model does
-    and also lets a class preempt a lower-priority class that the model marks
-    non-preemptible (e.g. interactive over training); Slurm's QOS preemption lists are
-    exact. Callers comparing the two schedulers should expect that difference.
+    Each team has two ClusterQueues. Its guaranteed classes share one with the team's
+    nominal quota, never borrow and never preempt inside it (withinClusterQueue: Never),
+    so interactive never preempts training and training never preempts training. Its
+    preemptible classes share one with no nominal quota: everything they run is borrowed,
+    and a guaranteed workload reclaims it (reclaimWithinCohort: Any). Borrowing is
+    therefore only ever done by preemptible work, as Kueue's KEP-4400 intends for
+    non-preemptible workloads. The relation this expresses is "every guaranteed class
+    that preempts anything preempts every preemptible class"; a description asking for
+    another one is refused here rather than rendered wrongly.
     """
-    if preemption(desc)["withinClusterQueue"] == "Never":
+    wanted = preemption_pairs(desc)
+    if not wanted:
         return set()
-    classes = class_policies(desc)
-    return {(a.name, b.name) for a in classes for b in classes if a.priority > b.priority}
+    expressible = {(a, b) for a in guaranteed_classes(desc) for b in preemptible_classes(desc)}
+    if wanted != expressible:
+        raise ValueError(
+            "Kueue queues can only let every non-preemptible class preempt every "
+            f"preemptible one; the task classes ask for {sorted(wanted)}, "
+            f"expressible is {sorted(expressible)}")
+    return expressible
 
 
-def cluster_queue(desc: Description, team: str,
-                  quotas: dict[str, list[FlavorQuota]]) -> Manifest:
-    flavors = [{"name": f.flavor, "resources": [
-        {"name": GPU_RESOURCE, "nominalQuota": f.nominal, "borrowingLimit": f.borrowing}]}
-        for rows in quotas.values() for f in rows]
-    return {"apiVersion": KUEUE_API, "kind": "ClusterQueue",
-            "metadata": _meta(desc, team, team),
-            "spec": {"cohortName": cohort_name(desc),
-                     "namespaceSelector": {"matchLabels": {
-                         "kubernetes.io/metadata.name": team}},
-                     "queueingStrategy": "BestEffortFIFO",
-                     "preemption": preemption(desc),
-                     # One group: every model is the same resource name, one flavor each.
-                     "resourceGroups": [{"coveredResources": [GPU_RESOURCE],
-                                         "flavors": flavors}]}}
+def _preemption(reclaim: bool) -> dict[str, Any]:
+    return {"withinClusterQueue": "Never",
+            "reclaimWithinCohort": "Any" if reclaim else "Never",
+            "borrowWithinCohort": {"policy": "Never"}}
+
+
+def cluster_queues(desc: Description, team: str,
+                   quotas: dict[str, list[FlavorQuota]]) -> list[Manifest]:
+    reclaim = bool(kueue_preemption_pairs(desc))
+
+    def queue(name: str, flavors: list[dict[str, Any]], may_reclaim: bool) -> Manifest:
+        return {"apiVersion": KUEUE_API, "kind": "ClusterQueue",
+                "metadata": _meta(desc, name, team),
+                "spec": {"cohortName": cohort_name(desc),
+                         "namespaceSelector": {"matchLabels": {
+                             "kubernetes.io/metadata.name": team}},
+                         "queueingStrategy": "BestEffortFIFO",
+                         "preemption": _preemption(may_reclaim),
+                         # One group: every model is the same resource name, one flavor each.
+                         "resourceGroups": [{"coveredResources": [GPU_RESOURCE],
+                                             "flavors": flavors}]}}
+
+    rows = [f for per_model in quotas.values() for f in per_model]
+    out = [queue(team, [{"name": f.flavor, "resources": [
+        {"name": GPU_RESOURCE, "nominalQuota": f.nominal, "borrowingLimit": 0}]}
+        for f in rows], reclaim)]
+    if preemptible_classes(desc):
+        out.append(queue(f"{team}-preemptible", [{"name": f.flavor, "resources": [
+            {"name": GPU_RESOURCE, "nominalQuota": 0,
+             "borrowingLimit": f.nominal + f.borrowing}]} for f in rows], False))
+    return out
 
 
 def resource_flavors(desc: Description) -> list[Manifest]:

@@ -6,6 +6,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterator
 
+from gpupool.cloud import LABEL_PREFIX, TAG_TEAM
 from gpupool.facts import gpu_capacity
 from gpupool.k8s_objects import GPU_RESOURCE, LABEL_CAPACITY, LABEL_MODEL
 from gpupool.model import VERSION_RE, Description
@@ -49,7 +50,7 @@ def namespace_guards(stack: Stack, desc: Description) -> Iterator[tuple[str | No
 
 @stack_policy("cluster-quota-within-capacity", "cluster", Level.MANDATORY,
               "ClusterQueue quotas per flavor never exceed the flavor's physical GPUs, and "
-              "borrowing never exceeds what the team declared.")
+              "no queue lets a team hold more than its quota plus declared borrowing.")
 def quota_capacity(stack: Stack, desc: Description) -> Iterator[tuple[str | None, str]]:
     capacity = gpu_capacity(desc)
     flavors: dict[str, tuple[str, str]] = {}
@@ -58,7 +59,7 @@ def quota_capacity(stack: Stack, desc: Description) -> Iterator[tuple[str | None
         flavors[_meta(f).get("name")] = (labels.get(LABEL_MODEL), labels.get(LABEL_CAPACITY))
     nominal: dict[str, int] = defaultdict(int)
     for cq in stack.of_type(KUEUE_CLUSTER_QUEUE):
-        team = desc.teams.get(_meta(cq).get("name"))
+        team = desc.teams.get((_meta(cq).get("labels") or {}).get(LABEL_PREFIX + TAG_TEAM, ""))
         for group in (cq.props.get("spec") or {}).get("resourceGroups") or []:
             for fq in group.get("flavors") or []:
                 name = fq.get("name")
@@ -75,10 +76,11 @@ def quota_capacity(stack: Stack, desc: Description) -> Iterator[tuple[str | None
                     if n + b > gpus:
                         yield cq.urn, (f"flavor {name}: nominal {n} + borrowing {b} exceeds "
                                        f"its {gpus} GPUs")
-                    declared = team.borrowing_limit.get(model, 0) if team else 0
-                    if b > declared:
-                        yield cq.urn, (f"flavor {name}: borrowing limit {b} exceeds the "
-                                       f"{declared} {model} GPUs the team declared")
+                    ceiling = (team.quota.get(model or "", 0)
+                               + team.borrowing_limit.get(model or "", 0)) if team else 0
+                    if n + b > ceiling:
+                        yield cq.urn, (f"flavor {name}: nominal {n} + borrowing {b} exceeds "
+                                       f"the {ceiling} {model} GPUs the team may hold")
     for name, total in sorted(nominal.items()):
         model, kind = flavors[name]
         if total > capacity[model][kind]:

@@ -23,8 +23,8 @@ def _names(stack: Stack, type_: str) -> dict[str, dict]:
 
 
 @stack_policy("stack-teams-have-queues", "stack", Level.MANDATORY,
-              "Every team has a namespace, a ClusterQueue in the pool's one cohort and a "
-              "LocalQueue that points at it.")
+              "Every team has a namespace, a ClusterQueue in the pool's one cohort and, "
+              "for every task class, a LocalQueue that points at one of its queues.")
 def teams_queues(stack: Stack, desc: Description) -> Iterator[tuple[str | None, str]]:
     namespaces = _names(stack, K8S_NAMESPACE)
     queues = _names(stack, KUEUE_CLUSTER_QUEUE)
@@ -36,10 +36,13 @@ def teams_queues(stack: Stack, desc: Description) -> Iterator[tuple[str | None, 
             yield None, f"team {team} has no namespace"
         if team not in queues:
             yield None, f"team {team} has no ClusterQueue"
-        local = [r for r in stack.of_type(KUEUE_LOCAL_QUEUE)
-                 if (r.props.get("metadata") or {}).get("namespace") == team]
-        if not any((r.props.get("spec") or {}).get("clusterQueue") in queues for r in local):
-            yield None, f"team {team} has no LocalQueue feeding a ClusterQueue"
+        local = {(r.props.get("metadata") or {}).get("name"):
+                 (r.props.get("spec") or {}).get("clusterQueue")
+                 for r in stack.of_type(KUEUE_LOCAL_QUEUE)
+                 if (r.props.get("metadata") or {}).get("namespace") == team}
+        for task_class in desc.task_classes:
+            if local.get(task_class) not in queues:
+                yield None, f"team {team} has no LocalQueue for class {task_class}"
 
 
 @stack_policy("stack-priorities-agree", "stack", Level.MANDATORY,

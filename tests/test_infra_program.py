@@ -263,7 +263,8 @@ def test_kueue_quotas_equal_the_scheduling_model(stack: str) -> None:
     nominal: dict[tuple[str, str], int] = defaultdict(int)
     per_flavor: dict[str, int] = defaultdict(int)
     for cq in of_type(run, ":ClusterQueue"):
-        team = cq.inputs["metadata"]["name"]
+        name = cq.inputs["metadata"]["name"]
+        team = name.removesuffix("-preemptible")
         for flavor in cq.inputs["spec"]["resourceGroups"][0]["flavors"]:
             res, = flavor["resources"]
             assert res["name"] == GPU_RESOURCE
@@ -272,7 +273,12 @@ def test_kueue_quotas_equal_the_scheduling_model(stack: str) -> None:
             per_flavor[flavor["name"]] += res["nominalQuota"]
             capacity = gpu_capacity(desc)[model][flavor["name"].split("-", 1)[1]]
             assert res["nominalQuota"] + res["borrowingLimit"] <= capacity
-            assert res["borrowingLimit"] <= desc.teams[team].borrowing_limit.get(model, 0)
+            t = desc.teams[team]
+            if name == team:  # guaranteed classes never borrow
+                assert res["borrowingLimit"] == 0
+            else:  # preemptible classes only borrow, up to quota plus borrowing limit
+                assert res["nominalQuota"] == 0
+                assert res["borrowingLimit"] <= t.quota[model] + t.borrowing_limit.get(model, 0)
     assert dict(nominal) == {(q.team, q.model): q.nominal for q in team_quotas(desc)}
     for flavor, total in per_flavor.items():
         model, kind = flavor.split("-", 1)
@@ -290,17 +296,25 @@ def test_resource_quota_is_quota_plus_borrowing(stack: str) -> None:
             sum(t.quota.values()) + sum(t.borrowing_limit.values()))
 
 
-def test_kueue_preemption_covers_the_model_and_the_gap_is_known(stack: str) -> None:
-    """Kueue preempts by priority only: it allows every (preemptor, victim) pair of the
-    scheduling model, plus pairs whose victim the model marks non-preemptible."""
+def test_kueue_preemption_is_the_model(stack: str) -> None:
+    """Guaranteed classes reclaim from preemptible ones and never preempt each other."""
     desc = loader.load_stack(stack, ROOT)
-    model, kueue = preemption_pairs(desc), kueue_preemption_pairs(desc)
-    assert model <= kueue
-    assert all(not desc.task_classes[victim].preemptible for _, victim in kueue - model)
-    cq = of_type(declared(stack), ":ClusterQueue")[0].inputs["spec"]["preemption"]
-    victims = {v for _, v in model}
-    assert cq["borrowWithinCohort"]["maxPriorityThreshold"] == max(
-        desc.task_classes[v].priority for v in victims)
+    assert kueue_preemption_pairs(desc) == preemption_pairs(desc)
+    for cq in of_type(declared(stack), ":ClusterQueue"):
+        spec = cq.inputs["spec"]["preemption"]
+        guaranteed = not cq.inputs["metadata"]["name"].endswith("-preemptible")
+        assert spec == {"withinClusterQueue": "Never",
+                        "reclaimWithinCohort": "Any" if guaranteed else "Never",
+                        "borrowWithinCohort": {"policy": "Never"}}
+
+
+def test_kueue_refuses_a_relation_it_cannot_express(stack: str) -> None:
+    desc = loader.load_stack(stack, ROOT)
+    odd = desc.model_copy(update={"task_classes": {
+        **desc.task_classes,
+        "training": desc.task_classes["training"].model_copy(update={"preempts": []})}})
+    with pytest.raises(ValueError, match="can only let every non-preemptible class"):
+        kueue_preemption_pairs(odd)
 
 
 def test_priorities_come_from_class_policies(stack: str) -> None:
@@ -323,8 +337,10 @@ def test_namespace_guards_and_rbac_per_team(stack: str) -> None:
             assert [s["name"] for s in rb["subjects"]] == users
         for role in ("researcher", "oncall", "contractor"):
             one(run, "v1:Role", f"role-{team}-{role}")
-        lq = one(run, ":LocalQueue", f"localqueue-{team}-{team}").inputs
-        assert lq["spec"]["clusterQueue"] == team
+        for c, tc in desc.task_classes.items():
+            lq = one(run, ":LocalQueue", f"localqueue-{team}-{c}").inputs
+            assert lq["spec"]["clusterQueue"] == (
+                f"{team}-preemptible" if tc.preemptible else team)
 
 
 def test_stack_outputs_name_what_others_read(stack: str) -> None:
