@@ -33,6 +33,7 @@ def pool_vars(desc: Description) -> dict[str, Any]:
         "gpupool_storage_tiers": {
             n: t.model_dump(mode="json") for n, t in desc.storage_tiers.items()},
         "gpupool_gpu_capacity": gpu_capacity(desc),
+        **({"gpupool_description_file": str(desc.source)} if desc.source else {}),
     }
 
 

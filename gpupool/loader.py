@@ -139,7 +139,9 @@ def load_file(path: Path) -> Description:
         where = f"line {mark.line + 1}" if mark else "(file)"
         problem = getattr(exc, "problem", None) or str(exc)
         raise DescriptionError(str(path), [Problem(where, "yaml", problem, None)]) from None
-    return parse(data, str(path))
+    desc = parse(data, str(path))
+    desc._source = path.resolve()
+    return desc
 
 
 def load_stack(stack: str, root: Path = PROJECT_ROOT) -> Description:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import ipaddress
 import re
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints
 
 # A DNS-1123 label: valid as a hostname, a Slurm node/account name and a Kubernetes name.
 NAME_RE = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -272,6 +273,13 @@ class Description(Strict):
     storage_tiers: Annotated[dict[Name, StorageTier], Field(min_length=1)]
     network: Network
     software: Software
+    # Where the description was read from (set by the loader), for tools run later that
+    # must read the same file (the gate run by the admission role).
+    _source: Path | None = PrivateAttr(default=None)
+
+    @property
+    def source(self) -> Path | None:
+        return self._source
 
 
 SEGMENT_NAMES = ("training", "storage", "management")

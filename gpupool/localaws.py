@@ -1,0 +1,40 @@
+"""A local AWS endpoint (moto) on 127.0.0.1, for the lab and the tests: the only AWS this
+machine can reach. Nothing here is used against a real account."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Iterator
+
+FIXTURE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "fixture", "AWS_SECRET_ACCESS_KEY": "fixture",
+                       "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def endpoint() -> Iterator[str]:
+    """A moto server on a free loopback port, stopped on exit; fixture credentials so a
+    real profile is never picked up."""
+    from moto.server import ThreadedMotoServer  # noqa: PLC0415 - a development dependency
+
+    saved = {k: os.environ.get(k) for k in FIXTURE_CREDENTIALS}
+    os.environ.update(FIXTURE_CREDENTIALS)
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

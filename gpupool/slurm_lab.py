@@ -1,0 +1,138 @@
+"""The lab's real Slurm: bring-up with the project's own roles, and the operator's commands
+on its controller. The drills, the policy replay and the integration tests share it.
+
+Everything runs on the lab hosts (podman exec) or against them over SSH (Ansible); jobs
+are submitted as root on behalf of the teams (root is added to every team account).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from gpupool import lab, slurm
+from gpupool.facts import controller
+from gpupool.loader import PROJECT_ROOT
+from gpupool.model import Description
+
+T = TypeVar("T")
+POLL_S = 0.3
+PLAYBOOK_TIMEOUT_S = 1200
+JOB_SCRIPT = "/var/lib/gpupool/jobs/job.sh"  # on the controller; sbatch copies it
+
+
+class SlurmLabError(RuntimeError):
+    """The lab's Slurm did not reach the state asked for; the message says which."""
+
+
+def wait_for(what: str, probe: Callable[[], T], timeout: float) -> T:
+    """Poll probe until it returns something true; bounded by timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise SlurmLabError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(POLL_S)
+
+
+def vars_file(desc: Description) -> Path:
+    return lab.lab_dir(desc) / "slurm-vars.yml"
+
+
+def playbook(desc: Description, name: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    """Run one of the project's playbooks against the lab (with the Slurm policy vars)."""
+    path = vars_file(desc)
+    path.write_text(yaml.safe_dump({"gpupool_slurm": slurm.plan(desc)}))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(PROJECT_ROOT / "ansible.cfg"),
+           "ANSIBLE_ROLES_PATH": str(PROJECT_ROOT / "roles")}
+    return subprocess.run(
+        [str(PROJECT_ROOT / ".venv" / "bin" / "ansible-playbook"), "-i",
+         str(lab.inventory_path(desc)), "-e", f"@{path}",
+         str(PROJECT_ROOT / "playbooks" / name), *extra],
+        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
+        timeout=PLAYBOOK_TIMEOUT_S, check=False)
+
+
+class SlurmLab:
+    """Commands on the lab's controller, as an operator would type them."""
+
+    def __init__(self, desc: Description) -> None:
+        self.desc = desc
+        self.ctl = controller(desc)
+
+    def sh(self, cmd: str, node: str | None = None, check: bool = True,
+           timeout: float = 60) -> str:
+        host = node or self.ctl
+        proc = lab.exec_(self.desc, host, ["bash", "-c", cmd], timeout=timeout)
+        if check and proc.returncode != 0:
+            raise SlurmLabError(f"{host}: {cmd}: exit {proc.returncode}: "
+                                f"{proc.stderr}{proc.stdout}")
+        return proc.stdout
+
+    def write(self, path: str, text: str, node: str | None = None) -> None:
+        self.sh(f"mkdir -p {shlex.quote(str(Path(path).parent))} && "
+                f"cat > {shlex.quote(path)} <<'GPUPOOL_EOF'\n{text}\nGPUPOOL_EOF", node)
+
+    def sbatch(self, *args: str, script: str, env: dict[str, str] | None = None) -> str:
+        self.write(JOB_SCRIPT, script)
+        exports = ",".join(["ALL", *(f"{k}={v}" for k, v in (env or {}).items())])
+        out = self.sh(f"sbatch --parsable --export={shlex.quote(exports)} "
+                      f"{' '.join(args)} {JOB_SCRIPT}")
+        return out.strip().split(";")[0]
+
+    def job(self, jid: str) -> dict[str, str]:
+        out = self.sh(f"scontrol -o show job {jid}")
+        return dict(p.split("=", 1) for p in out.split() if "=" in p)
+
+    def state(self, jid: str) -> str:
+        return self.job(jid)["JobState"]
+
+    def sacct(self, jid: str, fields: str = "State,Start,End,NodeList,Submit") -> list[dict]:
+        names = fields.split(",")
+        out = self.sh(f"sacct -n -P -X -D -j {jid} -o {fields}")
+        return [dict(zip(names, line.split("|"), strict=True)) for line in out.splitlines()]
+
+    def node_states(self) -> dict[str, str]:
+        out = self.sh("sinfo -N -h -o '%N %T'")
+        return dict(line.split() for line in out.splitlines())
+
+    def cancel_all(self) -> None:
+        self.sh("scancel --user=root; true")
+        wait_for("all jobs gone", lambda: not self.sh("squeue -h -o %i").strip(), 60)
+
+
+def onprem_nodes(desc: Description) -> list[str]:
+    return [n.name for n in slurm.nodes(desc) if not n.cloud]
+
+
+def bring_up(desc: Description, *, site: bool = False,
+             report: Callable[[str], None] = lambda _m: None) -> tuple[SlurmLab, dict[str, Any]]:
+    """Lab hosts up, (optionally the whole site.yml, then) the Slurm role converged, root
+    in every team account, on-prem nodes idle. Idempotent. Returns the timings."""
+    figures: dict[str, Any] = {}
+    start = time.monotonic()
+    lab.up(desc, report)
+    figures["lab_up_s"] = round(time.monotonic() - start, 1)
+    for book in (["site.yml"] if site else []) + ["slurm.yml"]:
+        t = time.monotonic()
+        proc = playbook(desc, book)
+        if proc.returncode != 0:
+            raise SlurmLabError(f"{book} failed:\n{proc.stdout[-4000:]}{proc.stderr[-2000:]}")
+        key = f"{book.removesuffix('.yml')}_converge_s"
+        figures[key] = round(time.monotonic() - t, 1)
+        report(f"{book} converged in {figures[key]}s")
+    s = SlurmLab(desc)
+    s.sh(f"sacctmgr -i add user root account={','.join(desc.teams)} >/dev/null; true")
+    wait_for("on-prem nodes idle", lambda: all(
+        s.node_states().get(n) == "idle" for n in onprem_nodes(desc)), 90)
+    figures["bring_up_s"] = round(time.monotonic() - start, 1)
+    return s, figures
