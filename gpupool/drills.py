@@ -212,8 +212,7 @@ def node_failure(ctx: Context) -> dict[str, Any]:
             "last_checkpoint_before_failure": reached, "resumed_at_step": resumed,
             "steps_lost_max": EVERY, "steps_redone_at_most": EVERY,
             "checkpoint_interval_steps": EVERY,
-            "checks": {"resumed_on_another_node": True,
-                       "lost_at_most_one_interval": resumed >= reached}, **out}
+            "checks": {"lost_at_most_one_interval": resumed >= reached}, **out}
 
 
 @drill("controller-restart")
@@ -297,7 +296,6 @@ def health_check(ctx: Context) -> dict[str, Any]:
             "state_after_repair_and_gate": back.get(node),
             "checks": {"drained": "drain" in (states.get(node) or ""),
                        "reason_names_the_check": "system.time_sync" in reason,
-                       "moved": True,
                        "back_after_gate": (back.get(node) or "").rstrip("*") in (
                            "idle", "mixed", "allocated")}, **out}
 
