@@ -1,0 +1,60 @@
+"""Replay metrics over run records, and the baseline configuration."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpupool import loader, replay, replay_run, trace
+from gpupool.slurm_lab import SlurmLabError
+from tests.conftest import ROOT
+
+
+def run(job: str, cls: str, gpus: int, start: float, end: float,
+        state: str = "COMPLETED") -> replay.Run:
+    return replay.Run(job, cls, "vision", gpus, 0.0, start, end, state)
+
+
+def test_metrics_on_a_hand_made_schedule() -> None:
+    # 4 GPUs. a (2 GPUs, 10 s) and b (2 GPUs, 10 s) start at once; c (4 GPUs, 5 s) waits
+    # for both; d (interactive, 1 GPU, 5 s) preempts nothing and waits behind c.
+    demands = [replay.Demand("a", "training", 2, 0, 10), replay.Demand("b", "deferred", 2, 0, 10),
+               replay.Demand("c", "training", 4, 1, 5), replay.Demand("d", "interactive", 1, 2, 5)]
+    runs = [run("a", "training", 2, 0, 10), run("b", "deferred", 2, 0, 4, "REQUEUED"),
+            run("b", "deferred", 2, 21, 27), run("c", "training", 4, 10, 15),
+            run("d", "interactive", 1, 15, 20)]
+    m = replay.metrics(runs, demands, capacity=4)
+    assert m["completed"] == 4 and m["jobs"] == 4
+    assert m["wait_s"]["training"] == {"p50": 0.0, "p95": 9.0, "n": 2}
+    assert m["wait_s"]["interactive"]["p95"] == 13.0
+    assert m["preemptions_and_requeues"] == 1
+    assert m["makespan_s"] == 27.0
+    # b ran 4 + 6 s for 10 s of work, within accounting resolution (2 runs): nothing lost.
+    assert m["work_lost_gpu_s"] == 0.0
+    # Saturated from t=0 (a+b want 4) until c and b are done; busy samples average below 1.
+    assert 0 < m["gpu_utilization_saturated"] < 1
+
+
+def test_redone_work_counts_as_lost() -> None:
+    demands = [replay.Demand("a", "deferred", 2, 0, 10)]
+    runs = [run("a", "deferred", 2, 0, 8, "REQUEUED"), run("a", "deferred", 2, 20, 30)]
+    assert replay.metrics(runs, demands, 4)["work_lost_gpu_s"] == 12.0  # (18-10-2) x 2
+
+
+def test_baseline_pins_nodes_to_their_owners() -> None:
+    desc = loader.load_stack("lab", ROOT)
+    current = "ClusterName=lab\nPreemptType=preempt/partition_prio\nPriorityType=priority/" \
+              "multifactor\nPriorityWeightFairshare=10000\nPartitionName=deferred Nodes=x\n"
+    conf = replay_run.baseline_conf(desc, current)
+    assert "PartitionName=deferred" not in conf and "partition_prio" not in conf
+    assert "PriorityWeightFairshare" not in conf
+    assert "SchedulerType=sched/builtin" in conf and "PreemptType=preempt/none" in conf
+    assert "PartitionName=vision Nodes=lab-gpu[1-2] " in conf
+    assert "PartitionName=nlp Nodes=lab-gpu3 " in conf
+
+
+def test_trace_wider_than_a_team_owns_is_refused() -> None:
+    desc = loader.load_stack("lab", ROOT)
+    ok = trace.TraceJob("1", "nlp", "training", 4, 0, 10)
+    replay_run.check_trace(desc, [ok])
+    with pytest.raises(SlurmLabError, match="team nlp owns 4"):
+        replay_run.check_trace(desc, [trace.TraceJob("2", "nlp", "training", 8, 0, 10)])
