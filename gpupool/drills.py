@@ -29,7 +29,7 @@ from gpupool.slurm_lab import SlurmLab, SlurmLabError, onprem_nodes, playbook, w
 
 STEPS = 120
 EVERY = 10
-STEP_S = 0.25  # the whole job: 30 s of "training"
+STEP_S = 0.5  # the whole job: 60 s of "training", room for a busy machine
 JOB_TIMEOUT_S = 240
 Drill = Callable[["Context"], dict[str, Any]]
 DRILLS: dict[str, Drill] = {}

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from gpupool import cli
-from tests.conftest import ROOT
 from tests.test_audit import TRACE
 
 pytestmark = pytest.mark.integration
@@ -42,7 +41,6 @@ def _replay(tmp_path: Path, *args: str) -> dict:
         assert m["completed"] == m["jobs"] == run["jobs"], policy
     for name in ("replay.md", "utilization.png", "waits.png", "replay.json"):
         assert (tmp_path / "report" / name).stat().st_size > 0
-    (ROOT / "bench" / "results").mkdir(exist_ok=True)
     return run
 
 
