@@ -22,6 +22,8 @@ from gpupool.model import BurstGroup, Description, Purpose, StorageTier, Tempera
 TAG_POOL, TAG_TEAM, TAG_COST_CENTRE = "pool", "team", "cost-centre"
 LABEL_PREFIX = "gpupool.io/"
 SHARED = "shared"  # the team tag of resources every team uses
+S3_ENDPOINT_PEER = "s3-endpoint"  # the peer tag of the one rule that is not a flow
+S3_ENDPOINT_PORT = 443
 
 # Buckets exist for these purposes; scratch is a file system, not a bucket.
 BUCKET_PURPOSES = (Purpose.DATASETS, Purpose.CHECKPOINTS, Purpose.ARCHIVE)

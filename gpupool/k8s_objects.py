@@ -235,6 +235,20 @@ def preemption(desc: Description) -> dict[str, Any]:
                                    "maxPriorityThreshold": max(prio[v] for _, v in pairs)}}
 
 
+def kueue_preemption_pairs(desc: Description) -> set[tuple[str, str]]:
+    """(preemptor, victim) class pairs the rendered Kueue settings permit.
+
+    Kueue decides by priority alone, so it permits every pair the scheduling model does
+    and also lets a class preempt a lower-priority class that the model marks
+    non-preemptible (e.g. interactive over training); Slurm's QOS preemption lists are
+    exact. Callers comparing the two schedulers should expect that difference.
+    """
+    if preemption(desc)["withinClusterQueue"] == "Never":
+        return set()
+    classes = class_policies(desc)
+    return {(a.name, b.name) for a in classes for b in classes if a.priority > b.priority}
+
+
 def cluster_queue(desc: Description, team: str,
                   quotas: dict[str, list[FlavorQuota]]) -> Manifest:
     flavors = [{"name": f.flavor, "resources": [

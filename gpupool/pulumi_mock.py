@@ -33,7 +33,6 @@ class Declared:
     parent: str | None  # parent URN; None for top-level resources
     custom: bool  # False for ComponentResources
     inputs: dict[str, Any]
-    secrets: frozenset[str] = frozenset()  # top-level input names passed as secrets
 
 
 @dataclass
@@ -75,7 +74,7 @@ class _Mocks(pulumi.runtime.Mocks):
 
 
 class _Monitor(pulumi_mocks.MockMonitor):
-    """Sees each full registration request: parent, custom flag and secret inputs."""
+    """Sees each full registration request, with its parent and custom flag."""
 
     def __init__(self, mocks: _Mocks, run: Run) -> None:
         super().__init__(mocks)
@@ -86,14 +85,9 @@ class _Monitor(pulumi_mocks.MockMonitor):
         if request.type == "pulumi:pulumi:Stack":
             return response
         inputs = rpc.deserialize_properties(request.object, keep_unknowns=True)
-        secrets = frozenset(k for k, v in request.object.fields.items()
-                            if v.HasField("struct_value") and v.struct_value.fields.get(
-                                rpc._special_sig_key) is not None
-                            and v.struct_value.fields[rpc._special_sig_key].string_value
-                            == rpc._special_secret_sig)
         self.run.resources.append(Declared(
             response.urn, request.type, request.name, request.parent or None,
-            bool(request.custom), plain(inputs), secrets))
+            bool(request.custom), plain(inputs)))
         return response
 
     def RegisterResourceOutputs(self, request: Any) -> Any:

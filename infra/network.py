@@ -84,14 +84,18 @@ class NetworkSegments(Component):
             kind(f"{name}-{rule.key}", security_group_id=groups[rule.segment].id,
                  ip_protocol=rule.protocol, description=(
                      flow.description or f"flow {flow.from_} to {flow.to}")[:255],
-                 tags={**tags, "flow": str(rule.flow)}, **peer, **ports,
+                 tags={**tags, "flow": str(rule.flow), "segment": rule.segment,
+                       "peer": rule.peer_segment or rule.peer_cidr or ""},
+                 **peer, **ports,
                  opts=self.child())
         # Nodes reach their buckets through the gateway endpoint, nothing else outside.
         aws.vpc.SecurityGroupEgressRule(
             f"{name}-training-eg-s3", security_group_id=groups["training"].id,
-            ip_protocol="tcp", from_port=443, to_port=443,
+            ip_protocol="tcp", from_port=cloud.S3_ENDPOINT_PORT,
+            to_port=cloud.S3_ENDPOINT_PORT,
             prefix_list_id=endpoint.prefix_list_id, description="S3 through the endpoint",
-            tags=tags, opts=self.child())
+            tags={**tags, "segment": "training", "peer": cloud.S3_ENDPOINT_PEER},
+            opts=self.child())
         self._flow_logs(name, desc, vpc, tags)
         self.vpc_id = vpc.id
         self.security_group_ids = {seg: g.id for seg, g in groups.items()}

@@ -12,7 +12,7 @@ from typing import Any
 
 from gpupool import loader, plan
 from gpupool.pulumi_mock import Declared, Run
-from tests.conftest import ROOT, raw_stack
+from tests.conftest import ROOT, mutate, raw_stack
 
 
 @functools.cache
@@ -31,8 +31,6 @@ def _declared_json(text: str) -> Run:
 
 def declared_mutated(stack: str, ops: list[dict[str, Any]]) -> Run:
     """The program's declaration for a mutated copy of a shipped stack (cached)."""
-    from tests.conftest import mutate  # noqa: PLC0415
-
     return _declared_json(json.dumps(mutate(raw_stack(stack), ops), sort_keys=True))
 
 

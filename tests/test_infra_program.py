@@ -9,13 +9,14 @@ import runpy
 from collections import defaultdict
 
 import pytest
+import yaml
 
 from gpupool import cloud, loader, pulumi_mock
 from gpupool.catalog import INSTANCE_TYPES
 from gpupool.facts import gpu_capacity
-from gpupool.k8s_objects import GPU_RESOURCE, manifests, object_key
+from gpupool.k8s_objects import GPU_RESOURCE, kueue_preemption_pairs, manifests, object_key
 from gpupool.model import Capacity
-from gpupool.scheduling import class_policies, team_quotas
+from gpupool.scheduling import class_policies, preemption_pairs, team_quotas
 from tests._pulumi import declared, declared_mutated, of_type, one
 from tests.conftest import ROOT
 
@@ -41,7 +42,7 @@ def test_taggable_resources_carry_pool_team_and_cost_centre(stack: str) -> None:
     desc = loader.load_stack(stack, ROOT)
     cost_centres = {desc.pool.cost_centre, *(t.cost_centre for t in desc.teams.values())}
     checked = 0
-    for r in pulumi_mock_resources(stack):
+    for r in (r for r in declared(stack).resources if r.custom):
         if r.type.startswith("kubernetes:"):
             tags = {k.removeprefix(cloud.LABEL_PREFIX): v
                     for k, v in r.inputs["metadata"]["labels"].items()}
@@ -58,16 +59,12 @@ def test_taggable_resources_carry_pool_team_and_cost_centre(stack: str) -> None:
     assert checked > 50
 
 
-def pulumi_mock_resources(stack: str) -> list[pulumi_mock.Declared]:
-    return [r for r in declared(stack).resources if r.custom]
-
-
 def test_main_reads_the_stack_config() -> None:
     """What the Pulumi CLI runs: infra/__main__.py with gpupool:description set."""
-    cfg = loader.stack_config_path("lab", ROOT).read_text()
-    path = cfg.split("gpupool:description:")[1].strip()
+    cfg = yaml.safe_load(loader.stack_config_path("lab", ROOT).read_text())
+    path = cfg["config"][loader.CONFIG_KEY]
     run = pulumi_mock.run(lambda: runpy.run_path(str(ROOT / "infra" / "__main__.py")), "lab",
-                          {"gpupool:description": path})
+                          {loader.CONFIG_KEY: path})
     assert [(r.type, r.name) for r in run.resources] == [
         (r.type, r.name) for r in declared("lab").resources]
 
@@ -291,6 +288,19 @@ def test_resource_quota_is_quota_plus_borrowing(stack: str) -> None:
         rq = one(declared(stack), "v1:ResourceQuota", f"resourcequota-{team}-gpu-quota")
         assert rq.inputs["spec"]["hard"][f"requests.{GPU_RESOURCE}"] == str(
             sum(t.quota.values()) + sum(t.borrowing_limit.values()))
+
+
+def test_kueue_preemption_covers_the_model_and_the_gap_is_known(stack: str) -> None:
+    """Kueue preempts by priority only: it allows every (preemptor, victim) pair of the
+    scheduling model, plus pairs whose victim the model marks non-preemptible."""
+    desc = loader.load_stack(stack, ROOT)
+    model, kueue = preemption_pairs(desc), kueue_preemption_pairs(desc)
+    assert model <= kueue
+    assert all(not desc.task_classes[victim].preemptible for _, victim in kueue - model)
+    cq = of_type(declared(stack), ":ClusterQueue")[0].inputs["spec"]["preemption"]
+    victims = {v for _, v in model}
+    assert cq["borrowWithinCohort"]["maxPriorityThreshold"] == max(
+        desc.task_classes[v].priority for v in victims)
 
 
 def test_priorities_come_from_class_policies(stack: str) -> None:

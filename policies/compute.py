@@ -1,0 +1,128 @@
+"""Compute: IMDSv2, encrypted volumes, EFA in cluster placement groups, spot only with
+checkpoints and requeue."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+from gpupool import cloud
+from gpupool.model import Description, Purpose
+from policies.core import Level, Res, Stack, by_tag, resource_policy, stack_policy, tags_of
+from policies.types import (
+    AWS_ASG,
+    AWS_BUCKET,
+    AWS_IAM_POLICY,
+    AWS_INSTANCE,
+    AWS_LAUNCH_TEMPLATE,
+    AWS_PLACEMENT,
+    AWS_VOLUME,
+)
+
+GROUP_TAG = "burst-group"
+
+
+def _true(v: object) -> bool:
+    return v is True or v == "true"
+
+
+@resource_policy("compute-imdsv2-required", "compute", Level.MANDATORY,
+                 "Launch templates and instances require IMDSv2 session tokens.",
+                 (AWS_LAUNCH_TEMPLATE, AWS_INSTANCE))
+def imdsv2(r: Res, desc: Description) -> Iterator[str]:
+    tokens = (r.props.get("metadataOptions") or {}).get("httpTokens")
+    if tokens != "required":
+        yield f"instance metadata allows IMDSv1 (httpTokens={tokens}); require IMDSv2 tokens"
+
+
+@resource_policy("compute-encrypted-volumes", "compute", Level.MANDATORY,
+                 "Every EBS volume a node gets is encrypted.")
+def encrypted_volumes(r: Res, desc: Description) -> Iterator[str]:
+    if r.type == AWS_LAUNCH_TEMPLATE:
+        mappings = r.props.get("blockDeviceMappings") or []
+        if not mappings:
+            yield "launch template keeps the AMI's root volume settings; declare it encrypted"
+        for m in mappings:
+            if not _true((m.get("ebs") or {}).get("encrypted")):
+                yield f"volume {m.get('deviceName')} is not encrypted"
+    elif r.type == AWS_INSTANCE and not _true((r.props.get("rootBlockDevice") or {}).get(
+            "encrypted")):
+        yield "instance root volume is not encrypted"
+    elif r.type == AWS_VOLUME and not _true(r.props.get("encrypted")):
+        yield "volume is not encrypted"
+
+
+def _efa(lt: Res) -> bool:
+    return any(n.get("interfaceType") in ("efa", "efa-only")
+               for n in lt.props.get("networkInterfaces") or [])
+
+
+@stack_policy("compute-efa-in-cluster-placement", "compute", Level.MANDATORY,
+              "A launch template with EFA interfaces is used only by groups in a cluster "
+              "placement group.")
+def efa_placement(stack: Stack, desc: Description) -> Iterator[tuple[str | None, str]]:
+    for lt in stack.of_type(AWS_LAUNCH_TEMPLATE):
+        if not _efa(lt):
+            continue
+        group = tags_of(lt).get(GROUP_TAG)
+        asgs = by_tag(stack.of_type(AWS_ASG), GROUP_TAG, group) if group else []
+        placements = [p for p in by_tag(stack.of_type(AWS_PLACEMENT), GROUP_TAG, group or "")
+                      if p.props.get("strategy") == "cluster"]
+        if not asgs:
+            yield lt.urn, "EFA launch template belongs to no autoscaling group of its burst group"
+        for asg in asgs:
+            if not asg.props.get("placementGroup") or not placements:
+                yield asg.urn, (f"burst group {group} uses EFA but is not in a cluster "
+                                "placement group; EFA traffic needs one")
+
+
+def _spot(asg: Res) -> bool:
+    dist = ((asg.props.get("mixedInstancesPolicy") or {}).get("instancesDistribution") or {})
+    return dist.get("onDemandPercentageAboveBaseCapacity", 100) < 100
+
+
+def _writes_checkpoints(policy: Res, bucket: str) -> bool:
+    doc = policy.props.get("policy")
+    statements = json.loads(doc).get("Statement", []) if isinstance(doc, str) else []
+    for s in statements:
+        actions = s.get("Action") or []
+        resources = s.get("Resource") or []
+        actions = [actions] if isinstance(actions, str) else actions
+        resources = [resources] if isinstance(resources, str) else resources
+        if s.get("Effect") == "Allow" and "s3:PutObject" in actions and any(
+                str(x).startswith(f"arn:aws:s3:::{bucket}/") for x in resources):
+            return True
+    return False
+
+
+@stack_policy("compute-spot-needs-checkpoints", "compute", Level.MANDATORY,
+              "Spot capacity only with a checkpoints bucket its nodes can write and a "
+              "preemptible task class that requeues.")
+def spot_checkpoints(stack: Stack, desc: Description) -> Iterator[tuple[str | None, str]]:
+    tiers = [t for t, v in cloud.bucket_tiers(desc).items() if v.purpose is Purpose.CHECKPOINTS]
+    names = {cloud.bucket_name(desc, t) for t in tiers}
+    declared = [b.props.get("bucket") for b in stack.of_type(AWS_BUCKET)
+                if b.props.get("bucket") in names]
+    requeue = [n for n, c in desc.task_classes.items() if c.preemptible and c.requeue]
+    for asg in stack.of_type(AWS_ASG):
+        if not _spot(asg):
+            continue
+        group = tags_of(asg).get(GROUP_TAG)
+        if not declared:
+            yield asg.urn, (f"spot group {group} runs without checkpoints: no checkpoints "
+                            "bucket is declared, so preempted work restarts from zero")
+        elif not any(_writes_checkpoints(p, b) for p in by_tag(stack.of_type(AWS_IAM_POLICY),
+                                                                GROUP_TAG, group or "")
+                     for b in declared):
+            yield asg.urn, (f"spot group {group} runs without checkpoints: its nodes may not "
+                            "write to the checkpoints bucket")
+        if not requeue:
+            yield asg.urn, f"spot group {group} needs a preemptible task class with requeue"
+
+
+@stack_policy("compute-spot-rebalance", "compute", Level.ADVISORY,
+              "Spot groups rebalance capacity ahead of interruptions.")
+def spot_rebalance(stack: Stack, desc: Description) -> Iterator[tuple[str | None, str]]:
+    for asg in stack.of_type(AWS_ASG):
+        if _spot(asg) and asg.props.get("capacityRebalance") is not True:
+            yield asg.urn, "spot group does not use capacity rebalancing"

@@ -1,0 +1,156 @@
+"""The policy model shared by the CrossGuard pack and the offline runner.
+
+A policy is a plain function over resources as the Pulumi engine sees them (type, name,
+URN, inputs with engine names) and the pool description. The CrossGuard adapter
+(policies.pack) and the offline runner (policies.offline) call the same functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from gpupool.model import Description
+
+GROUPS = ("storage", "network", "compute", "cluster", "hygiene", "stack")
+
+
+class Level(StrEnum):
+    MANDATORY = "mandatory"  # blocks preview/up; `gpupool policy` exits 1
+    ADVISORY = "advisory"  # reported, does not block
+
+
+@dataclass(frozen=True)
+class Res:
+    """One resource: engine type token, logical name, URN and inputs."""
+
+    type: str
+    name: str
+    urn: str
+    props: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Stack:
+    """What a whole-stack policy sees."""
+
+    resources: list[Res]
+    # Stack config: key -> (value, declared as a Pulumi secret?)
+    config: Mapping[str, tuple[Any, bool]] = field(default_factory=dict)
+
+    def of_type(self, *suffixes: str) -> list[Res]:
+        return [r for r in self.resources if r.type.endswith(suffixes)]
+
+
+ResourceCheck = Callable[[Res, Description], Iterable[str]]
+StackCheck = Callable[[Stack, Description], Iterable[tuple[str | None, str]]]
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    group: str
+    level: Level
+    description: str
+    resource: ResourceCheck | None = None
+    stack: StackCheck | None = None
+
+
+POLICIES: dict[str, Policy] = {}
+
+
+def resource_policy(name: str, group: str, level: Level, description: str,
+                    types: tuple[str, ...] = ()) -> Callable[[ResourceCheck], ResourceCheck]:
+    """Register a per-resource check; with types, it only sees resources of those types."""
+    def register(fn: ResourceCheck) -> ResourceCheck:
+        def check(r: Res, desc: Description) -> Iterable[str]:
+            return fn(r, desc) if not types or r.type in types else ()
+
+        POLICIES[name] = Policy(name, group, level, description, resource=check)
+        return fn
+
+    return register
+
+
+def stack_policy(name: str, group: str, level: Level, description: str
+                 ) -> Callable[[StackCheck], StackCheck]:
+    """Register a whole-stack check."""
+    def register(fn: StackCheck) -> StackCheck:
+        POLICIES[name] = Policy(name, group, level, description, stack=fn)
+        return fn
+
+    return register
+
+
+@dataclass(frozen=True, order=True)
+class Violation:
+    resource: str  # URN, or "stack" for the stack as a whole
+    policy: str
+    level: str
+    group: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"resource": self.resource, "policy": self.policy, "level": self.level,
+                "group": self.group, "message": self.message}
+
+
+STACK = "stack"
+
+
+def evaluate(stack: Stack, desc: Description) -> list[Violation]:
+    """Every violation of every registered policy, sorted by resource."""
+    load_all()
+    found: list[Violation] = []
+    for p in POLICIES.values():
+        if p.resource is not None:
+            for r in stack.resources:
+                found += [Violation(r.urn, p.name, p.level.value, p.group, m)
+                          for m in p.resource(r, desc)]
+        if p.stack is not None:
+            found += [Violation(urn or STACK, p.name, p.level.value, p.group, m)
+                      for urn, m in p.stack(stack, desc)]
+    return sorted(found)
+
+
+def load_all() -> None:
+    """Import the policy modules; importing registers their policies."""
+    from policies import (  # noqa: F401, PLC0415 - registration by import
+        cluster,
+        compute,
+        hygiene,
+        network,
+        stack,
+        storage,
+    )
+
+
+# --- helpers for reading engine inputs ------------------------------------------------
+
+def tags_of(r: Res) -> dict[str, str]:
+    """AWS tags as a dict (autoscaling groups list them), Kubernetes labels unprefixed."""
+    if r.type.startswith("kubernetes:"):
+        labels = (r.props.get("metadata") or {}).get("labels") or {}
+        return {k.removeprefix("gpupool.io/"): v for k, v in labels.items()}
+    tags = r.props.get("tags") or {}
+    if isinstance(tags, list):
+        return {t.get("key"): t.get("value") for t in tags if isinstance(t, Mapping)}
+    return dict(tags)
+
+
+def by_tag(resources: Iterable[Res], key: str, value: str) -> list[Res]:
+    return [r for r in resources if tags_of(r).get(key) == value]
+
+
+def walk(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted path, leaf) pairs of a nested input value."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from walk(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from walk(v, f"{path}[{i}]")
+    else:
+        yield path, value

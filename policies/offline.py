@@ -1,0 +1,32 @@
+"""Run the policies without the Pulumi CLI: over what the program declares under mocks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpupool import loader
+from gpupool.model import Description
+from gpupool.pulumi_mock import Run
+from policies.core import Res, Stack, Violation, evaluate
+
+
+def stack_config(stack: str, root: Path = loader.PROJECT_ROOT) -> dict[str, tuple[Any, bool]]:
+    """A stack's config from Pulumi.<stack>.yaml: key -> (value, is a Pulumi secret)."""
+    path = loader.stack_config_path(stack, root)
+    if not path.is_file():
+        return {}
+    config = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
+    return {k: ((v["secure"], True) if isinstance(v, dict) and "secure" in v else (v, False))
+            for k, v in config.items()}
+
+
+def as_stack(run: Run, config: dict[str, tuple[Any, bool]] | None = None) -> Stack:
+    return Stack([Res(r.type, r.name, r.urn, r.inputs) for r in run.resources], config or {})
+
+
+def check(run: Run, desc: Description, config: dict[str, tuple[Any, bool]] | None = None
+          ) -> list[Violation]:
+    return evaluate(as_stack(run, config), desc)
