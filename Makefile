@@ -5,7 +5,7 @@ VENV := .venv/bin
 STACK ?= lab
 PYTEST_ARGS ?=
 
-.PHONY: bootstrap lab test lint unit integration bench clean
+.PHONY: bootstrap lab lab-down test lint unit integration bench clean
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -15,6 +15,14 @@ lab: bootstrap
 	$(VENV)/gpupool validate --stack $(STACK)
 	$(VENV)/gpupool show --stack $(STACK)
 	$(VENV)/gpupool inventory --stack $(STACK) -o .cache/inventory-$(STACK).yml
+	$(VENV)/gpupool lab up --stack $(STACK)
+	flock -w 1800 /tmp/gpupool-lab.lock env ANSIBLE_CONFIG=ansible.cfg $(VENV)/ansible-playbook \
+	  -i "$$($(VENV)/gpupool lab status --stack $(STACK) --json | $(VENV)/python -c \
+	  'import json,sys; print(json.load(sys.stdin)["inventory"])')" playbooks/site.yml
+
+## Remove the lab's hosts and networks.
+lab-down: bootstrap
+	$(VENV)/gpupool lab down --stack $(STACK)
 
 ## The whole test suite: lint, unit and integration tests.
 test: bootstrap lint
@@ -23,6 +31,7 @@ test: bootstrap lint
 lint: bootstrap
 	$(VENV)/ruff check gpupool tests infra policies bench
 	$(VENV)/yamllint -s .
+	$(VENV)/ansible-lint
 
 unit: bootstrap
 	$(VENV)/pytest -m "not integration" $(PYTEST_ARGS)

@@ -222,7 +222,7 @@ def lab_lock(wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _wait(what: str, probe: Callable[[], bool], timeout: float) -> None:
+def wait_for(what: str, probe: Callable[[], bool], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not probe():
         if time.monotonic() > deadline:
@@ -391,8 +391,12 @@ def write_inventory(desc: Description, mirror_key: str) -> Path:
     return path
 
 
-def up(desc: Description, report: Report = lambda _m: None) -> LabState:
-    """Bring the lab to its described state; a second call changes nothing."""
+def up(desc: Description, report: Report = lambda _m: None, nodes: list[str] | None = None
+       ) -> LabState:
+    """Bring the lab to its described state; a second call changes nothing.
+
+    nodes: start only these hosts (the benchmark onboards subsets); default all."""
+    chosen = list(desc.nodes) if nodes is None else nodes
     require_tools()
     t: dict[str, float] = {}
     start = time.monotonic()
@@ -404,12 +408,12 @@ def up(desc: Description, report: Report = lambda _m: None) -> LabState:
     report(f"package mirror {mirror_dir(desc).relative_to(PROJECT_ROOT)} ready")
     nets = ensure_networks(desc)
     report(f"networks {', '.join(f'{n} {c}' for n, c in nets.items())}")
-    for node in desc.nodes:
+    for node in chosen:
         ensure_host(desc, node, image)
-    for node in desc.nodes:
-        _wait(f"systemd on {node}",
+    for node in chosen:
+        wait_for(f"systemd on {node}",
               lambda n=node: systemd_state(desc, n) in ("running", "degraded"), BOOT_WAIT_S)
-        _wait(f"ssh on {node}", lambda n=node: ssh(desc, n, "true").returncode == 0, SSH_WAIT_S)
+        wait_for(f"ssh on {node}", lambda n=node: ssh(desc, n, "true").returncode == 0, SSH_WAIT_S)
         report(f"host {node} up ({', '.join(desc.nodes[node].addresses.values())})")
     inv = write_inventory(desc, key)
     t["up_s"] = time.monotonic() - start

@@ -1,0 +1,112 @@
+"""The lab harness shared by every integration test that needs lab hosts.
+
+Session fixtures: `lab_lock` (exclusive flock on /tmp/gpupool-lab.lock for the whole
+session, bounded wait), `lab` (fresh lab hosts brought up once, torn down at the end) and
+`site` (playbooks/site.yml converged once, then re-run for idempotence and in check mode).
+Other suites (roles/slurm, the acceptance gate) reuse `lab` and `ansible_playbook`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gpupool import lab as labmod
+from gpupool import loader
+from gpupool.model import Description
+from tests.conftest import ROOT
+
+ANSIBLE_PLAYBOOK = ROOT / ".venv" / "bin" / "ansible-playbook"
+RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+@dataclass
+class Run:
+    rc: int
+    output: str
+    recap: dict[str, dict[str, int]]
+
+    def total(self, key: str) -> int:
+        return sum(h[key] for h in self.recap.values())
+
+
+def ansible_playbook(inventory: Path, playbook: str, *args: str, timeout: float = 900) -> Run:
+    """Run a playbook from the repository root; returns its exit code, output and recap."""
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_FORCE_COLOR": "0"}
+    proc = subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", str(inventory), playbook, *args],
+                          cwd=ROOT, capture_output=True, text=True, env=env, timeout=timeout,
+                          check=False)
+    out = proc.stdout + proc.stderr
+    recap = {m[1]: {"ok": int(m[2]), "changed": int(m[3]), "unreachable": int(m[4]),
+                    "failed": int(m[5])} for m in RECAP.finditer(out)}
+    return Run(proc.returncode, out, recap)
+
+
+def _missing_prerequisite() -> str | None:
+    if os.geteuid() != 0:
+        return "the lab needs root (rootful podman with static addresses)"
+    for tool in ("podman", "runc", "debootstrap"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (scripts/bootstrap.sh installs it)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def lab_desc() -> Description:
+    return loader.load_stack("lab")
+
+
+@pytest.fixture(scope="session")
+def lab_lock() -> Iterator[None]:
+    reason = _missing_prerequisite()
+    if reason:
+        pytest.skip(reason)
+    with labmod.lab_lock():
+        yield
+
+
+@pytest.fixture(scope="session")
+def lab(lab_lock: None, lab_desc: Description) -> Iterator[labmod.LabState]:
+    """Fresh lab hosts for this session (whatever a previous run left is removed first)."""
+    labmod.down(lab_desc)
+    state = labmod.up(lab_desc)
+    assert state.ready, state
+    try:
+        yield state
+    finally:
+        labmod.down(lab_desc)
+
+
+@dataclass
+class SiteRuns:
+    converge: Run
+    idempotence: Run
+    check: Run
+    host_kernel_before: dict[str, str]
+
+
+HOST_GLOBAL_SYSCTLS = ("kernel/kptr_restrict", "kernel/dmesg_restrict", "fs/protected_symlinks")
+
+
+def host_sysctls() -> dict[str, str]:
+    return {k: (Path("/proc/sys") / k).read_text().strip() for k in HOST_GLOBAL_SYSCTLS}
+
+
+@pytest.fixture(scope="session")
+def site(lab: labmod.LabState, lab_desc: Description) -> SiteRuns:
+    """playbooks/site.yml on fresh hosts, again (idempotence) and in check mode."""
+    before = host_sysctls()
+    inv = labmod.inventory_path(lab_desc)
+    first = ansible_playbook(inv, "playbooks/site.yml")
+    assert first.rc == 0, first.output[-6000:]
+    second = ansible_playbook(inv, "playbooks/site.yml")
+    check = ansible_playbook(inv, "playbooks/site.yml", "--check")
+    return SiteRuns(first, second, check, before)

@@ -1,0 +1,245 @@
+"""Every role converged for real on fresh lab hosts: converge, idempotence, check mode, and
+testinfra verification of what each role promises.
+
+The NVIDIA driver packages are the real Debian ones (userspace only: no GPU, no kernel
+module here). nvidia-container-toolkit and datacenter-gpu-manager are FIXTURE packages from
+the lab mirror (gpupool/labmirror.py): these tests check repository setup, pinning, holding,
+services and configuration, never GPU behaviour.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema
+import pytest
+import testinfra
+import yaml
+
+from gpupool import lab as labmod
+from gpupool import labmirror
+from gpupool.facts import gpu_nodes
+from gpupool.model import Description
+from tests.conftest import ROOT
+from tests.integration.conftest import HOST_GLOBAL_SYSCTLS, SiteRuns, host_sysctls
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def hosts(site: SiteRuns, lab_desc: Description) -> dict[str, Any]:
+    key = labmod.key_path(lab_desc)
+    extra = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+    return {n: testinfra.get_host(f"ssh://root@{node.addresses['management']}",
+                                  ssh_identity_file=str(key), ssh_extra_args=extra)
+            for n, node in lab_desc.nodes.items()}
+
+
+def test_converge_succeeds_on_every_host(site: SiteRuns, lab_desc: Description) -> None:
+    assert set(site.converge.recap) == set(lab_desc.nodes)
+    assert site.converge.total("failed") == 0 and site.converge.total("unreachable") == 0
+    assert site.converge.total("changed") > 0
+
+
+def test_second_run_changes_nothing(site: SiteRuns) -> None:
+    assert site.idempotence.rc == 0, site.idempotence.output[-4000:]
+    changed = {h: r["changed"] for h, r in site.idempotence.recap.items() if r["changed"]}
+    assert not changed, site.idempotence.output[-6000:]
+
+
+def test_check_mode_is_clean(site: SiteRuns) -> None:
+    assert site.check.rc == 0, site.check.output[-4000:]
+    assert site.check.total("failed") == 0 and site.check.total("changed") == 0
+
+
+def test_systemd_healthy_everywhere(hosts: dict[str, Any]) -> None:
+    for name, h in hosts.items():
+        state = h.run("systemctl is-system-running").stdout.strip()
+        assert state == "running", (name, h.run("systemctl --failed --no-legend").stdout)
+
+
+# -- common ---------------------------------------------------------------------------
+
+def test_common_users_groups_and_sudo(hosts: dict[str, Any], lab_desc: Description) -> None:
+    h = hosts["lab-gpu1"]
+    for team, t in lab_desc.teams.items():
+        for role, users in t.members.items():
+            for user in users:
+                groups = h.user(user).groups
+                assert f"team-{team}" in groups and f"gpupool-{role.value}" in groups
+    assert h.package("chrony").is_installed and h.service("chrony").is_enabled
+    assert h.run("visudo -c").rc == 0
+    assert "%gpupool-admin ALL=(ALL:ALL) ALL" in h.file("/etc/sudoers.d/gpupool").content_string
+
+
+# -- hardening ------------------------------------------------------------------------
+
+def test_sshd_keys_only_modern_ciphers(hosts: dict[str, Any]) -> None:
+    cfg = hosts["lab-ctl"].run("sshd -T").stdout
+    assert "passwordauthentication no" in cfg
+    assert "permitrootlogin without-password" in cfg  # lab only; "no" elsewhere
+    ciphers = next(line for line in cfg.splitlines() if line.startswith("ciphers "))
+    assert "cbc" not in ciphers and "chacha20-poly1305@openssh.com" in ciphers
+
+
+def test_firewall_follows_declared_flows(hosts: dict[str, Any], lab_desc: Description
+                                         ) -> None:
+    for name, node in lab_desc.nodes.items():
+        rules = hosts[name].run("nft list table inet gpupool").stdout
+        assert "policy drop" in rules
+        for flow in lab_desc.network.flows:
+            if flow.to in node.addresses and flow.ports:
+                daddr = node.addresses[flow.to]
+                line = next((r for r in rules.splitlines() if f"ip daddr {daddr}" in r
+                             and str(flow.ports[0]) in r), None)
+                assert line, (name, flow)
+        # No flow targets the training segment from storage: nothing opens it.
+        assert not any("10.231.20.0/24" in r and node.addresses.get("training", "-") in r
+                       for r in rules.splitlines())
+
+
+def test_sysctls_rendered_and_only_namespaced_applied(hosts: dict[str, Any],
+                                                      site: SiteRuns) -> None:
+    h = hosts["lab-gpu2"]
+    rendered = h.file("/etc/sysctl.d/60-gpupool.conf").content_string
+    assert "kernel.kptr_restrict = 2" in rendered and "net.ipv4.tcp_syncookies = 1" in rendered
+    assert h.run("sysctl -n net.ipv4.conf.all.accept_redirects").stdout.strip() == "0"
+    # The host kernel's global settings are untouched by a converge inside containers.
+    assert host_sysctls() == site.host_kernel_before, HOST_GLOBAL_SYSCTLS
+
+
+def test_auditd_and_unattended_upgrades(hosts: dict[str, Any]) -> None:
+    h = hosts["lab-gpu1"]
+    assert h.service("auditd").is_enabled and not h.service("auditd").is_running
+    assert "-k privilege" in h.file("/etc/audit/rules.d/50-gpupool.rules").content_string
+    policy = h.file("/etc/apt/apt.conf.d/52gpupool-unattended-upgrades").content_string
+    assert "Debian-Security" in policy and '"nvidia-";' in policy
+
+
+# -- NVIDIA software ------------------------------------------------------------------
+
+def test_driver_pinned_held_and_userspace_only(hosts: dict[str, Any],
+                                               lab_desc: Description) -> None:
+    for name in gpu_nodes(lab_desc):
+        h = hosts[name]
+        version = h.run("dpkg-query -W -f='${Version}' nvidia-smi").stdout
+        assert version.startswith(lab_desc.software.nvidia_driver + "-")
+        held = h.run("apt-mark showhold").stdout.split()
+        assert {"nvidia-smi", "libnvidia-ml1", "nvidia-persistenced"} <= set(held)
+        pref = h.file("/etc/apt/preferences.d/gpupool-nvidia-driver.pref").content_string
+        assert f"Pin: version {lab_desc.software.nvidia_driver}-*" in pref
+        assert "Pin-Priority: 1001" in pref
+        assert "blacklist nouveau" in h.file(
+            "/etc/modprobe.d/gpupool-blacklist-nouveau.conf").content_string
+        assert not h.package("nvidia-kernel-dkms").is_installed  # no real GPU here
+        svc = h.service("nvidia-persistenced")
+        assert svc.is_enabled and not svc.is_running
+    assert not hosts["lab-ctl"].package("nvidia-smi").is_installed
+
+
+def test_fixture_toolkit_and_dcgm_pinned_and_held(hosts: dict[str, Any],
+                                                  lab_desc: Description) -> None:
+    h = hosts["lab-gpu3"]
+    sw = lab_desc.software
+    assert h.package("nvidia-container-toolkit").version == f"{sw.container_toolkit}-1"
+    assert h.package("datacenter-gpu-manager").version == f"1:{sw.dcgm}"
+    assert labmirror.FIXTURE_MARK in h.run(
+        "dpkg-query -W -f='${Description}' datacenter-gpu-manager").stdout
+    assert {"nvidia-container-toolkit", "datacenter-gpu-manager"} <= set(
+        h.run("apt-mark showhold").stdout.split())
+    assert 'mode = "auto"' in h.file(
+        "/etc/nvidia-container-runtime/config.toml").content_string
+
+
+def test_dcgm_hostengine_counters_and_health_result(hosts: dict[str, Any]) -> None:
+    h = hosts["lab-gpu1"]
+    assert h.service("nvidia-dcgm").is_running
+    counters = h.file("/etc/dcgm-exporter/counters.csv").content_string
+    assert "DCGM_FI_DEV_GPU_UTIL, gauge" in counters
+    assert h.service("gpupool-dcgm-health.timer").is_enabled
+    assert h.run("systemctl start gpupool-dcgm-health.service").rc == 0
+    result = json.loads(h.file("/var/lib/gpupool/dcgm-health.json").content_string)
+    # The fixture dcgmi cannot check anything: the result must say error, never pass.
+    assert result["status"] == "error" and "fixture" in result["detail"]
+    metric = h.file("/var/lib/prometheus/node-exporter/gpupool_dcgm_health.prom").content_string
+    assert "gpupool_dcgm_health_pass 0" in metric
+
+
+# -- storage and metrics --------------------------------------------------------------
+
+def test_storage_mounts_rendered_and_teams_separated(hosts: dict[str, Any],
+                                                     lab_desc: Description) -> None:
+    h = hosts["lab-gpu1"]
+    assert h.file("/scratch").mode == 0o1777
+    tier = lab_desc.storage_tiers["datasets"].mount
+    assert tier is not None
+    unit = h.file("/etc/systemd/system/datasets.mount").content_string
+    assert f"What={tier.source}" in unit and f"Options={','.join(tier.options)}" in unit
+    assert h.service("datasets.mount").is_enabled
+    assert h.run("systemd-analyze verify /etc/systemd/system/datasets.mount").rc == 0
+    for team in lab_desc.teams:
+        d = h.file(f"/checkpoints/{team}")
+        assert d.group == f"team-{team}" and d.mode == 0o2770
+    # vision's researcher writes into vision's checkpoints; nlp's cannot.
+    assert h.run("runuser -u alice -- touch /checkpoints/vision/probe").rc == 0
+    assert h.run("runuser -u erin -- touch /checkpoints/vision/probe2").rc != 0
+
+
+def test_node_exporter_serves_on_management_address(hosts: dict[str, Any],
+                                                    lab_desc: Description) -> None:
+    addr = lab_desc.nodes["lab-gpu2"].addresses["management"]
+    out = hosts["lab-ctl"].run(f"curl -sf http://{addr}:9100/metrics")
+    assert out.rc == 0 and "node_cpu_seconds_total" in out.stdout
+
+
+# -- gpu_operator (no Kubernetes cluster here: rendered values checked against the chart) --
+
+SCHEMAS = ROOT.parent / "shared" / "schemas" / "gpu-operator-v26.7.0"
+
+
+def _unknown_keys(rendered: dict[str, Any], chart: dict[str, Any], crd: dict[str, Any],
+                  path: str = "") -> list[str]:
+    """Keys of rendered that neither the chart's values.yaml nor the CRD section knows."""
+    bad = []
+    for key, value in rendered.items():
+        props = crd.get("properties", {})
+        if key not in chart and key not in props:
+            bad.append(path + key)
+        elif isinstance(value, dict) and not (key in props and
+                                              props[key].get("additionalProperties")):
+            sub_chart = chart.get(key) if isinstance(chart.get(key), dict) else {}
+            bad += _unknown_keys(value, sub_chart, props.get(key, {}), f"{path}{key}.")
+    return bad
+
+
+def test_gpu_operator_values_match_chart_and_clusterpolicy(
+        hosts: dict[str, Any], lab_desc: Description) -> None:
+    ctl = hosts["lab-ctl"]
+    values = yaml.safe_load(ctl.file("/etc/gpupool/gpu-operator/values.yaml").content_string)
+    chart = yaml.safe_load((SCHEMAS / "values.yaml").read_text())
+    crd_doc = yaml.safe_load((SCHEMAS / "nvidia.com_clusterpolicies.yaml").read_text())
+    schema = crd_doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert _unknown_keys(values, chart, schema) == []
+    # The chart renders ClusterPolicy.spec from these sections over its defaults.
+    spec = {k: ({**chart[k], **values.get(k, {})} if isinstance(chart[k], dict) else chart[k])
+            for k in schema["properties"] if k in chart}
+    for k, v in values.items():
+        if isinstance(v, dict) and k in spec:
+            spec[k] = {**spec[k], **{kk: ({**spec[k].get(kk, {}), **vv} if isinstance(vv, dict)
+                                         else vv) for kk, vv in v.items()}}
+    jsonschema.validate(spec, schema)
+    # Host roles own driver, toolkit and DCGM; the exporter runs with gpupool's counters.
+    assert values["driver"]["enabled"] is False and values["toolkit"]["enabled"] is False
+    assert values["dcgmExporter"]["enabled"] is True
+    manifests = yaml.safe_load(ctl.file("/etc/gpupool/gpu-operator/manifests.yaml")
+                               .content_string)
+    csv = next(m for m in manifests if m["metadata"]["name"] == values["dcgmExporter"]
+               ["config"]["name"])["data"]["dcgm-metrics.csv"]
+    assert "DCGM_FI_DEV_GPU_UTIL" in csv
+    labelled = {m["metadata"]["name"]: m["metadata"]["labels"] for m in manifests
+                if m["kind"] == "Node"}
+    assert set(labelled) == set(gpu_nodes(lab_desc))
+    for name, labels in labelled.items():
+        gpu = lab_desc.node_classes[lab_desc.nodes[name].class_].gpu
+        assert gpu is not None and labels["gpupool.io/gpu-model"] == gpu.model
