@@ -99,3 +99,10 @@ def test_preemption_of_preemptible_classes_agrees(stack):
     """Where both can express it: every pair Slurm allows, Kueue allows too."""
     desc = loader.load_stack(stack)
     assert slurm_preemption(desc) <= kueue_preemption(desc)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_kueue_relation_read_back_matches_its_renderer(stack):
+    """The Kueue relation parsed here is the one k8s_objects documents."""
+    desc = loader.load_stack(stack)
+    assert kueue_preemption(desc) == k8s_objects.kueue_preemption_pairs(desc)
