@@ -99,3 +99,10 @@ def kueue_preemption(desc):
 def test_preemption_agrees(stack):
     desc = loader.load_stack(stack)
     assert slurm_preemption(desc) == kueue_preemption(desc)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_kueue_relation_read_back_matches_its_renderer(stack):
+    """The Kueue relation parsed here is the one k8s_objects documents."""
+    desc = loader.load_stack(stack)
+    assert kueue_preemption(desc) == k8s_objects.kueue_preemption_pairs(desc)

@@ -1,0 +1,397 @@
+"""The Slurm policy proven by real jobs on a real Slurm (22.05, Debian 12) in the lab hosts.
+
+One Slurm lab for the module: the session's lab hosts (fixture `lab`), the slurm role
+converged over SSH, jobs submitted on lab-ctl. Every claim is read back from Slurm (squeue,
+sacct, sprio, sshare, scontrol). Fixtures, named as such:
+- the lab's GPUs are character devices (major 195) that the role creates from tmpfiles.d:
+  slurmd counts and hands them out, nothing computes on them;
+- the burst "cloud": slurmctld's ResumeProgram/SuspendProgram in the lab only record
+  requests (no cloud is reachable); this test acts on them with the real gpupool.burst code
+  against a local EC2 (moto on 127.0.0.1) and "boots" the cloud node by starting its slurmd
+  on lab-ctl.
+- jobs are submitted as root on behalf of each team (root is added to the team accounts).
+Timings are recorded in bench/results/slurm_lab.json, never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+
+from gpupool import burst, loader, slurm
+from gpupool import lab as lab_mod
+from gpupool.facts import controller, rack_places
+from tests.conftest import ROOT
+from tests.integration.conftest import Run, ansible_playbook
+
+pytestmark = pytest.mark.integration
+
+DESC = loader.load_stack("lab")
+CTL = controller(DESC)
+ONPREM = slurm.hostlist(n.name for n in slurm.nodes(DESC) if not n.cloud)
+CLOUD = [n for n in slurm.nodes(DESC) if n.cloud]
+TEAMS = list(DESC.teams)
+CLASSES = {c.name: c for c in slurm.class_policies(DESC)}
+TOP, *_, LOW = list(CLASSES)  # interactive ... deferred
+MID = next(c for c in CLASSES if c not in (TOP, LOW))  # training
+GPUS_PER_NODE = next(n.gpus for n in slurm.nodes(DESC))
+RESULTS = ROOT / "bench" / "results" / "slurm_lab.json"
+POLL_S = 0.3
+
+# A deferred job that checkpoints on SIGTERM and, when the signal is a preemption
+# (PreemptTime set), hands itself back to the queue: the contract for preemptible work,
+# GraceTime being the most it may take. A job that exits instead ends COMPLETED.
+CHECKPOINTING = """#!/bin/bash
+echo "start $(date +%s.%N) restart=${SLURM_RESTART_COUNT:-0} host=$(hostname)"
+srun bash -c 'trap "echo checkpoint; scontrol show job $SLURM_JOB_ID | grep -q PreemptTime=None \
+  || scontrol requeue $SLURM_JOB_ID; exit 0" TERM
+for i in $(seq 1 $((WORK * 2))); do sleep 0.5; done'
+echo "done $(date +%s.%N)"
+"""
+SHOW_GPUS = """#!/bin/bash
+echo "$(hostname) $CUDA_VISIBLE_DEVICES"
+sleep ${WORK:-3}
+"""
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(POLL_S)
+
+
+class Slurm:
+    """Commands on the lab's controller, as an operator would type them."""
+
+    def __init__(self) -> None:
+        self.figures: dict[str, Any] = {}
+
+    def sh(self, cmd: str, node: str = CTL, check: bool = True, timeout: float = 60) -> str:
+        proc = lab_mod.exec_(DESC, node, ["bash", "-c", cmd], timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{node}: {cmd}: {proc.returncode} {proc.stderr}{proc.stdout}")
+        return proc.stdout
+
+    def sbatch(self, *args: str, script: str = SHOW_GPUS, work: int = 3) -> str:
+        self.sh(f"cat > /tmp/job.sh <<'EOF'\n{script}EOF")
+        out = self.sh(f"WORK={work} sbatch --parsable --export=ALL,WORK={work} "
+                      f"-o /tmp/slurm-%j.out --open-mode=append {' '.join(args)} /tmp/job.sh")
+        return out.strip().split(";")[0]
+
+    def job(self, jid: str) -> dict[str, str]:
+        out = self.sh(f"scontrol -o show job {jid}")
+        return dict(p.split("=", 1) for p in out.split() if "=" in p)
+
+    def state(self, jid: str) -> str:
+        return self.job(jid)["JobState"]
+
+    def sacct(self, jid: str, fields: str = "State,Start,End,NodeList,Submit") -> list[dict]:
+        names = fields.split(",")
+        out = self.sh(f"sacct -n -P -X -D -j {jid} -o {fields}")
+        return [dict(zip(names, line.split("|"), strict=True)) for line in out.splitlines()]
+
+    def output(self, jid: str) -> str:
+        """The job's output from every host it ran on (a requeued job may move)."""
+        return "".join(self.sh(f"cat /tmp/slurm-{jid}.out 2>/dev/null || true", node=h)
+                       for h in DESC.nodes)
+
+    def cancel_all(self) -> None:
+        self.sh("scancel --user=root; true")
+        wait_for("all jobs gone", lambda: not self.sh("squeue -h -o %i").strip(), 60)
+
+    def node_states(self) -> dict[str, str]:
+        out = self.sh("sinfo -N -h -o '%N %T'")
+        return dict(line.split() for line in out.splitlines())
+
+
+def playbook(*extra: str, name: str = "slurm.yml") -> Run:
+    return ansible_playbook(lab_mod.inventory_path(DESC), f"playbooks/{name}",
+                            "-e", f"@{lab_mod.lab_dir(DESC) / 'slurm-vars.yml'}", *extra)
+
+
+@pytest.fixture(scope="module")
+def cluster(lab: lab_mod.LabState):
+    """The session's lab hosts (tests/integration/conftest.py) with Slurm converged."""
+    figures: dict[str, Any] = {"lab_up_s": lab.timings.get("up_s")}
+    (lab_mod.lab_dir(DESC) / "slurm-vars.yml").write_text(
+        yaml.safe_dump({"gpupool_slurm": slurm.plan(DESC)}))
+    start = time.monotonic()
+    run = playbook()
+    assert run.rc == 0, run.output[-6000:]
+    figures["converge_s"] = round(time.monotonic() - start, 1)
+    s = Slurm()
+    s.figures = figures
+    s.sh(f"sacctmgr -i add user root account={','.join(TEAMS)}")
+    wait_for("on-prem nodes idle", lambda: all(
+        s.node_states().get(n) == "idle" for n in burst.expand_hostlist(ONPREM)), 60)
+    figures["slurm_up_s"] = round(time.monotonic() - start, 1)
+    try:
+        yield s
+    finally:
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
+        print(f"\nslurm lab figures: {json.dumps(figures, sort_keys=True)}")
+
+
+def test_converge_is_idempotent_and_check_mode_clean(cluster):
+    t = time.monotonic()
+    again = playbook()
+    cluster.figures["reconverge_s"] = round(time.monotonic() - t, 1)
+    assert again.rc == 0, again.output[-3000:]
+    assert {h: r["changed"] for h, r in again.recap.items()} == dict.fromkeys(DESC.nodes, 0)
+    check = playbook("--check")
+    assert check.rc == 0, check.output[-3000:]
+    assert check.total("changed") == 0, check.output[-3000:]
+
+
+def test_cluster_matches_the_description(cluster):
+    nodes = cluster.sh("sinfo -N -h -o '%N|%G|%T'")
+    seen = {n: (g, st) for n, g, st in (line.split("|") for line in nodes.splitlines())}
+    for n in slurm.nodes(DESC):
+        gres, state = seen[n.name]
+        assert gres == f"gpu:{n.gpu_model}:{n.gpus}"
+        assert state == ("idle~" if n.cloud else "idle")
+    topo = cluster.sh("scontrol show topology")
+    places = rack_places(DESC)
+    for leaf in {p.leaf for p in places.values()}:
+        assert f"SwitchName={leaf} " in topo
+    parts = cluster.sh("scontrol -o show partition")
+    for c in CLASSES.values():
+        line = next(p for p in parts.splitlines() if p.startswith(f"PartitionName={c.name} "))
+        assert f"PriorityTier={c.priority} " in line
+        assert f"PreemptMode={'REQUEUE' if c.preemptible else 'OFF'}" in line
+    limits = cluster.sh("sacctmgr -n -P show assoc user= format=account,grptres")
+    for lim in slurm.accounting(DESC)["limits"]:
+        have = dict(line.split("|") for line in limits.splitlines())[lim["account"]]
+        assert set(have.split(",")) == set(lim["GrpTRES"].split(","))
+
+
+def test_gpus_are_assigned_exclusively(cluster):
+    jobs = [cluster.sbatch(f"-p {MID}", f"-A {TEAMS[i % 2]}", "--gpus=1", "-C onprem", work=6)
+            for i in range(3 * GPUS_PER_NODE)]
+    wait_for("all jobs done", lambda: all(
+        cluster.state(j) == "COMPLETED" for j in jobs), 90)
+    runs = []
+    for j in jobs:
+        host, device = cluster.output(j).split()[:2]
+        rec = cluster.sacct(j)[-1]
+        runs.append((host, device, *(time.mktime(time.strptime(rec[k], "%Y-%m-%dT%H:%M:%S"))
+                                     for k in ("Start", "End"))))
+    # One device per job, and no device held by two jobs at the same time.
+    for i, a in enumerate(runs):
+        assert "," not in a[1]
+        for b in runs[i + 1:]:
+            if a[:2] == b[:2]:
+                assert a[3] <= b[2] or b[3] <= a[2], (a, b)
+    assert {h for h, *_ in runs} == set(burst.expand_hostlist(ONPREM))
+    cluster.figures["exclusive_gpu_pairs"] = len({r[:2] for r in runs})
+    cluster.cancel_all()
+
+
+def test_team_over_quota_waits_with_the_quota_reason(cluster):
+    vision, nlp = TEAMS
+    running = [cluster.sbatch(f"-p {LOW}", f"-A {vision}", f"--gpus={GPUS_PER_NODE}",
+                              "-C onprem", script=CHECKPOINTING, work=120)
+               for _ in range(3)]
+    wait_for("the pool full", lambda: all(cluster.state(j) == "RUNNING" for j in running), 30)
+    # Two more nodes' worth would put vision above quota + borrowing; nlp is at zero.
+    over = cluster.sbatch(f"-p {LOW}", f"-A {vision}", "-N 2",
+                          f"--gpus-per-node={GPUS_PER_NODE}", "-C onprem")
+    other = cluster.sbatch(f"-p {LOW}", f"-A {nlp}", "-N 2",
+                           f"--gpus-per-node={GPUS_PER_NODE}", "-C onprem")
+    reason = wait_for("a reason for vision's job", lambda: (
+        (r := cluster.job(over)["Reason"]) not in ("None", "Priority") and r), 20)
+    assert reason == "AssocGrpGRES"
+    wait_for("nlp's job evaluated", lambda: cluster.job(other)["Reason"] != "None", 20)
+    assert cluster.job(other)["Reason"] != "AssocGrpGRES"
+    cluster.cancel_all()
+
+
+def test_interactive_preempts_deferred_which_is_requeued_and_completes(cluster):
+    vision, nlp = TEAMS
+    deferred = [cluster.sbatch(f"-p {LOW}", f"-A {vision}", f"--gpus={GPUS_PER_NODE}",
+                               "-C onprem", script=CHECKPOINTING, work=25) for _ in range(3)]
+    wait_for("the pool full", lambda: all(cluster.state(j) == "RUNNING" for j in deferred), 30)
+    t0 = time.monotonic()
+    urgent = cluster.sbatch(f"-p {TOP}", f"-A {nlp}", "--gpus=1", work=5)
+    wait_for("the interactive job running", lambda: cluster.state(urgent) in (
+        "RUNNING", "COMPLETED"), 60)
+    cluster.figures["interactive_start_on_full_pool_s"] = round(time.monotonic() - t0, 2)
+    # It started while every deferred job still had most of its work ahead: by preemption.
+    victims = wait_for("the victim's requeue in accounting", lambda: [
+        j for j in deferred if cluster.sacct(j)[0]["State"] == "REQUEUED"], 15)
+    assert len(victims) == 1, [cluster.sacct(j) for j in deferred]
+    victim = victims[0]
+    done = wait_for("the victim completed", lambda: (
+        (recs := cluster.sacct(victim))[-1]["State"] == "COMPLETED" and recs), 120)
+    assert [r["State"] for r in done] == ["REQUEUED", "COMPLETED"]
+    assert "restart=1" in cluster.output(victim)
+    assert "checkpoint" in cluster.output(victim)
+    requeued, final = (time.mktime(time.strptime(r, "%Y-%m-%dT%H:%M:%S"))
+                       for r in (done[0]["End"], done[-1]["End"]))
+    cluster.figures["requeue_to_complete_s"] = final - requeued
+    for j in deferred:
+        wait_for(f"{j} completed", lambda j=j: cluster.state(j) == "COMPLETED", 120)
+    cluster.cancel_all()
+
+
+def test_training_does_not_preempt_training(cluster):
+    vision, nlp = TEAMS
+    first = [cluster.sbatch(f"-p {MID}", f"-A {vision}", f"--gpus={GPUS_PER_NODE}",
+                            "-C onprem", work=30) for _ in range(3)]
+    wait_for("the pool full", lambda: all(cluster.state(j) == "RUNNING" for j in first), 30)
+    late = cluster.sbatch(f"-p {MID}", f"-A {nlp}", f"--gpus={GPUS_PER_NODE}", "-C onprem")
+    # Several scheduling passes (sched_interval=2, bf_interval=1) see it and preempt nothing.
+    wait_for("the late job evaluated", lambda: cluster.job(late)["Reason"] in (
+        "Resources", "Priority"), 20)
+    time.sleep(6)
+    assert cluster.state(late) == "PENDING"
+    assert [cluster.state(j) for j in first] == ["RUNNING"] * 3
+    assert all(len(cluster.sacct(j)) == 1 for j in first)  # never requeued
+    cluster.cancel_all()
+
+
+def test_two_node_job_lands_on_one_leaf(cluster):
+    job = cluster.sbatch(f"-p {MID}", f"-A {TEAMS[0]}", "-N 2",
+                         f"--gpus-per-node={GPUS_PER_NODE}", "-C onprem", work=2)
+    wait_for("the job done", lambda: cluster.state(job) == "COMPLETED", 60)
+    nodes = set(burst.expand_hostlist(cluster.job(job)["NodeList"]))
+    places = rack_places(DESC)
+    leaves = {places[DESC.nodes[n].rack].leaf for n in nodes}
+    assert len(nodes) == 2
+    assert len(leaves) == 1, nodes
+
+
+def test_max_run_time_is_enforced(cluster):
+    top = CLASSES[TOP]
+    too_long = slurm.time_limit(top.max_runtime_s + 60)
+    proc = lab_mod.exec_(DESC, CTL, ["bash", "-c", f"echo 'sleep 1' > /tmp/x.sh; sbatch -p {TOP} "
+                                 f"-A {TEAMS[0]} --time={too_long} /tmp/x.sh"])
+    assert proc.returncode != 0
+    assert "time limit" in proc.stderr.lower()
+    job = cluster.sbatch(f"-p {TOP}", f"-A {TEAMS[0]}", "--gpus=1")
+    assert cluster.job(job)["TimeLimit"] == slurm.time_limit(top.max_runtime_s).removeprefix(
+        "0-")
+    # A job is stopped at its limit (1 minute is Slurm's smallest).
+    short = cluster.sbatch(f"-p {TOP}", f"-A {TEAMS[0]}", "--gpus=1", "--time=1", work=300)
+    wait_for("the job stopped at its limit", lambda: cluster.state(short) != "RUNNING"
+             and cluster.state(short) != "PENDING", 120)
+    assert cluster.state(short) == "TIMEOUT"
+    cluster.cancel_all()
+
+
+def test_fairshare_orders_teams_after_usage(cluster):
+    vision, nlp = TEAMS
+    usage = [cluster.sbatch(f"-p {LOW}", f"-A {vision}", f"--gpus={GPUS_PER_NODE}",
+                            "-C onprem", work=20) for _ in range(3)]
+    wait_for("vision's usage done", lambda: all(
+        cluster.state(j) == "COMPLETED" for j in usage), 90)
+
+    def shares() -> dict[str, float]:
+        out = cluster.sh("sshare -n -P -a -o Account,User,RawUsage,FairShare")
+        return {a.strip(): float(f) for a, u, _, f in (
+            line.split("|") for line in out.splitlines()) if a.strip() in TEAMS and not u}
+
+    # sshare recomputes every PriorityCalcPeriod (1 minute in the lab).
+    ordered = wait_for("fairshare recomputed", lambda: (
+        (s := shares()) and s[nlp] > s[vision] and s), 150)
+    cluster.figures["fairshare"] = ordered
+    block = [cluster.sbatch(f"-p {LOW}", f"-A {nlp}", f"--gpus={GPUS_PER_NODE}", "-C onprem",
+                            work=15) for _ in range(3)]
+    wait_for("the pool full", lambda: all(cluster.state(j) == "RUNNING" for j in block), 30)
+    v = cluster.sbatch(f"-p {LOW}", f"-A {vision}", f"--gpus={GPUS_PER_NODE}", "-C onprem")
+    n = cluster.sbatch(f"-p {LOW}", f"-A {nlp}", f"--gpus={GPUS_PER_NODE}", "-C onprem")
+    prio = wait_for("sprio rows", lambda: {
+        jid: (float(p), float(fs)) for jid, p, fs in (
+            line.split("|") for line in cluster.sh(
+                f"sprio -h -j {v},{n} -o '%i|%Y|%F'").splitlines())
+    } if cluster.sh(f"sprio -h -j {v},{n}").count("\n") == 2 else None, 20)
+    assert prio[n][1] > prio[v][1]  # fairshare factor
+    assert prio[n][0] > prio[v][0]  # and so the priority
+    wait_for("one of them started", lambda: "RUNNING" in (cluster.state(v), cluster.state(n)),
+             60)
+    assert cluster.state(n) == "RUNNING"
+    cluster.cancel_all()
+
+
+def test_burst_node_resumed_when_full_and_suspended_when_idle(cluster, monkeypatch):
+    from moto.server import ThreadedMotoServer  # noqa: PLC0415 - only this test needs it
+
+    relay = "/var/spool/slurm/gpupool-burst-requests"
+    cluster.sh(f"rm -f {relay}")
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    node = CLOUD[0].name
+    try:
+        host, port = server._server.server_address  # the port it bound
+        config = slurm.burst_config(DESC)
+        config["endpoint_url"] = f"http://{host}:{port}"
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "fixture")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "fixture")
+        ec2 = burst.client(config, [c.name for c in CLOUD])
+        image = ec2.describe_images(MaxResults=5)["Images"][0]["ImageId"]
+        for group in config["groups"].values():
+            ec2.create_launch_template(LaunchTemplateName=group["launch_template"],
+                                       LaunchTemplateData={"ImageId": image})
+
+        full = [cluster.sbatch(f"-p {LOW}", f"-A {TEAMS[0]}", f"--gpus={GPUS_PER_NODE}",
+                               "-C onprem", work=120) for _ in range(3)]
+        wait_for("the pool full", lambda: all(cluster.state(j) == "RUNNING" for j in full), 30)
+        t0 = time.monotonic()
+        job = cluster.sbatch(f"-p {LOW}", f"-A {TEAMS[1]}", f"--gpus={GPUS_PER_NODE}", work=5)
+        line = wait_for("slurmctld's resume request", lambda: cluster.sh(
+            f"grep ' resume ' {relay} || true").strip(), 60)
+        requested = burst.expand_hostlist(line.split()[-1])
+        assert len(requested) == 1
+        node = requested[0]
+        _, group = burst.group_of(config, node)
+        launched = burst.resume(ec2, config, [node], update=lambda *a: None)
+        assert [g.instance_type for g in launched] == group["instance_types"][:1]
+        # The "instance boots": its slurmd starts (on lab-ctl) and registers the node.
+        cluster.sh(f"for i in $(seq 0 {GPUS_PER_NODE - 1}); do [ -e /dev/nvidia$i ] || "
+                   f"mknod /dev/nvidia$i c 195 $i; done; mkdir -p /var/lib/slurm/slurmd; "
+                   f"slurmd -N {node}")
+        wait_for("the job on the cloud node", lambda: cluster.state(job) == "COMPLETED", 120)
+        cluster.figures["burst_resume_to_job_done_s"] = round(time.monotonic() - t0, 1)
+        assert cluster.job(job)["NodeList"] == node
+        cluster.sh("scancel --user=root")
+        t1 = time.monotonic()
+        wait_for("slurmctld's suspend request", lambda: cluster.sh(
+            f"grep ' suspend ' {relay} || true").strip(), 120)
+        assert burst.suspend(ec2, [node])
+        cluster.sh(f"pkill -f 'slurmd -N {node}' || true")
+        wait_for("the node powered down", lambda: cluster.node_states().get(node) in (
+            "idle~", "idle%"), 120)
+        cluster.figures["burst_idle_to_suspended_s"] = round(time.monotonic() - t1, 1)
+        assert burst.live_instances(ec2, [node]) == {}
+    finally:
+        server.stop()
+        cluster.sh(f"pkill -f 'slurmd -N {node}' || true", check=False)
+
+
+def test_drain_and_resume_hooks(cluster):
+    """The hooks the acceptance gate uses: drain with a reason, resume; both idempotent."""
+    node = burst.expand_hostlist(ONPREM)[-1]
+    reason = "gpupool test: dcgm diag failed"
+
+    def run(name: str, *extra: str) -> int:
+        run = playbook("-e", f"node={node}", *extra, name=name)
+        assert run.rc == 0, run.output[-3000:]
+        return run.recap[CTL]["changed"]
+
+    assert run("node_drain.yml", "-e", f"reason='{reason}'") == 1
+    assert cluster.sh(f"sinfo -h -n {node} -o '%T|%E'").strip() == f"drained|{reason}"
+    assert run("node_drain.yml", "-e", f"reason='{reason}'") == 0
+    assert run("node_resume.yml") == 1
+    assert cluster.node_states()[node] == "idle"
+    assert run("node_resume.yml") == 0
