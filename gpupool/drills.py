@@ -73,15 +73,16 @@ class Context:
 
 
 def job_script(ctx: Context, name: str) -> str:
-    """The batch script of the reference job. On SIGTERM it lets the job save, then hands
-    the job back to the queue: the job convention's wrapper."""
+    """The batch script of the reference job: SIGTERM goes to the job, which saves and
+    exits 143; Slurm itself requeues a preempted job (PreemptMode=REQUEUE), and a job
+    cancelled with scancel stays cancelled."""
     ckpt = f"{ctx.root}/{ctx.team}/{name}"
     return f"""#!/bin/bash
 export GPUPOOL_CKPT_DIR={ckpt} GPUPOOL_STEPS={STEPS} GPUPOOL_CKPT_EVERY={EVERY}
 export GPUPOOL_STEP_SECONDS={STEP_S} GPUPOOL_STORAGE_WAIT_S=60
 python3 -u {ctx.root}/.gpupool/reference_train.py &
 pid=$!
-trap 'kill -TERM $pid; wait $pid; scontrol requeue $SLURM_JOB_ID; exit 0' TERM
+trap 'kill -TERM $pid; wait $pid; exit 143' TERM
 wait $pid
 """
 
@@ -103,8 +104,9 @@ def reference_result() -> dict[str, Any]:
         return json.loads((Path(tmp) / "result.json").read_text())
 
 
-def submit(ctx: Context, name: str, task_class: str, *extra: str) -> str:
-    ctx.slurm.sh(f"rm -rf {ctx.root}/{ctx.team}/{name}")
+def submit(ctx: Context, name: str, task_class: str, *extra: str, fresh: bool = True) -> str:
+    if fresh:
+        ctx.slurm.sh(f"rm -rf {ctx.root}/{ctx.team}/{name}")
     return ctx.slurm.sbatch(
         f"-p {task_class}", f"-A {ctx.team}", f"-J {name}", "--requeue", "-C onprem",
         f"-o {ctx.root}/.gpupool/logs/{name}-%j.out", "--open-mode=append", *extra,
@@ -243,8 +245,8 @@ def storage_outage(ctx: Context) -> dict[str, Any]:
     name = "drill-storage-outage"
     real = f"{ctx.root}/.gpupool/store/{name}"
     link = f"{ctx.root}/{ctx.team}/{name}"
-    jid = submit(ctx, name, mid, "--gpus=1")  # submit first: it clears the job directory
-    ctx.slurm.sh(f"rm -rf {real} && mkdir -p {real} && ln -sfn {real} {link}")
+    ctx.slurm.sh(f"rm -rf {real} {link} && mkdir -p {real} && ln -sfn {real} {link}")
+    jid = submit(ctx, name, mid, "--gpus=1", fresh=False)
     wait_for("a checkpoint", lambda: checkpoints(ctx, name) >= 1, 60)
     outage_s = 3 * EVERY * STEP_S  # spans at least two checkpoint attempts
     ctx.slurm.sh(f"ln -sfn {ctx.root}/.gpupool/gone {link}")
@@ -310,8 +312,8 @@ def disaster_recovery(ctx: Context) -> dict[str, Any]:
     name = "drill-disaster-recovery"
     jid = submit(ctx, name, mid, "--gpus=1")
     wait_for("three checkpoints", lambda: checkpoints(ctx, name) >= 3, 90)
-    ctx.slurm.sh(f"scancel {jid}")
-    wait_for("the job gone", lambda: ctx.slurm.state(jid) in ("CANCELLED", "COMPLETED"), 30)
+    ctx.slurm.sh(f"scancel {jid}")  # the job saves on the signal, then stays cancelled
+    wait_for("the job gone", lambda: ctx.slurm.state(jid) == "CANCELLED", 60)
     with localaws.endpoint() as endpoint:
         src = lab.lab_dir(ctx.desc) / "storage"
         tier = next(n for n, t in ctx.desc.storage_tiers.items()
@@ -322,9 +324,7 @@ def disaster_recovery(ctx: Context) -> dict[str, Any]:
         ctx.slurm.sh(f"rm -rf {ctx.root}/{ctx.team}/{name}")  # the hot tier loses it
         restored = archive.restore_newest(ctx.desc, endpoint, f"{ctx.team}/{name}", job_dir)
         restore_s = time.monotonic() - t0
-    jid2 = ctx.slurm.sbatch(
-        f"-p {mid}", f"-A {ctx.team}", f"-J {name}", "--requeue", "-C onprem", "--gpus=1",
-        f"-o {ctx.root}/.gpupool/logs/{name}-%j.out", script=job_script(ctx, name))
+    jid2 = submit(ctx, name, mid, "--gpus=1", fresh=False)
     out = finish(ctx, name, jid2)
     return {"archived_checkpoints": archived, "restored": restored,
             "restore_s": round(restore_s, 2), "resumed_at_step": out["starts_at_steps"][0],

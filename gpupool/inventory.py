@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpupool import flows
+from gpupool import flows, slurm
 from gpupool.facts import gpu_capacity, rack_places
 from gpupool.model import Description
 
@@ -33,6 +33,8 @@ def pool_vars(desc: Description) -> dict[str, Any]:
         "gpupool_storage_tiers": {
             n: t.model_dump(mode="json") for n, t in desc.storage_tiers.items()},
         "gpupool_gpu_capacity": gpu_capacity(desc),
+        # The scheduler policy the slurm role applies (gpupool/slurm.py).
+        "gpupool_slurm": slurm.plan(desc),
         **({"gpupool_description_file": str(desc.source)} if desc.source else {}),
     }
 

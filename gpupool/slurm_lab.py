@@ -15,8 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-
 from gpupool import lab, slurm
 from gpupool.facts import controller
 from gpupool.loader import PROJECT_ROOT
@@ -44,20 +42,14 @@ def wait_for(what: str, probe: Callable[[], T], timeout: float) -> T:
         time.sleep(POLL_S)
 
 
-def vars_file(desc: Description) -> Path:
-    return lab.lab_dir(desc) / "slurm-vars.yml"
-
-
 def playbook(desc: Description, name: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    """Run one of the project's playbooks against the lab (with the Slurm policy vars)."""
-    path = vars_file(desc)
-    path.write_text(yaml.safe_dump({"gpupool_slurm": slurm.plan(desc)}))
+    """Run one of the project's playbooks against the lab (its inventory carries every
+    variable the roles need, the Slurm policy included)."""
     env = {**os.environ, "ANSIBLE_CONFIG": str(PROJECT_ROOT / "ansible.cfg"),
            "ANSIBLE_ROLES_PATH": str(PROJECT_ROOT / "roles")}
     return subprocess.run(
         [str(PROJECT_ROOT / ".venv" / "bin" / "ansible-playbook"), "-i",
-         str(lab.inventory_path(desc)), "-e", f"@{path}",
-         str(PROJECT_ROOT / "playbooks" / name), *extra],
+         str(lab.inventory_path(desc)), str(PROJECT_ROOT / "playbooks" / name), *extra],
         cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
         timeout=PLAYBOOK_TIMEOUT_S, check=False)
 
@@ -116,13 +108,13 @@ def onprem_nodes(desc: Description) -> list[str]:
 
 def bring_up(desc: Description, *, site: bool = False,
              report: Callable[[str], None] = lambda _m: None) -> tuple[SlurmLab, dict[str, Any]]:
-    """Lab hosts up, (optionally the whole site.yml, then) the Slurm role converged, root
+    """Lab hosts up, the Slurm role (or, with site, every role) converged, root
     in every team account, on-prem nodes idle. Idempotent. Returns the timings."""
     figures: dict[str, Any] = {}
     start = time.monotonic()
     lab.up(desc, report)
     figures["lab_up_s"] = round(time.monotonic() - start, 1)
-    for book in (["site.yml"] if site else []) + ["slurm.yml"]:
+    for book in ["site.yml" if site else "slurm.yml"]:  # site.yml ends with slurm.yml
         t = time.monotonic()
         proc = playbook(desc, book)
         if proc.returncode != 0:
