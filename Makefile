@@ -10,15 +10,17 @@ PYTEST_ARGS ?=
 bootstrap:
 	@scripts/bootstrap.sh
 
-## The main job on the local lab default: validate the pool and bring it up.
+## The main job on the local lab default: validate the pool, bring its hosts up, converge
+## every role and the scheduler on them, then gate every node.
 lab: bootstrap
 	$(VENV)/gpupool validate --stack $(STACK)
 	$(VENV)/gpupool show --stack $(STACK)
-	$(VENV)/gpupool inventory --stack $(STACK) -o .cache/inventory-$(STACK).yml
+	mkdir -p .cache && $(VENV)/gpupool inventory --stack $(STACK) -o .cache/inventory-$(STACK).yml
 	$(VENV)/gpupool lab up --stack $(STACK)
 	flock -w 1800 /tmp/gpupool-lab.lock env ANSIBLE_CONFIG=ansible.cfg $(VENV)/ansible-playbook \
 	  -i "$$($(VENV)/gpupool lab status --stack $(STACK) --json | $(VENV)/python -c \
 	  'import json,sys; print(json.load(sys.stdin)["inventory"])')" playbooks/site.yml
+	$(VENV)/gpupool gate --stack $(STACK) --tier standard
 
 ## Remove the lab's hosts and networks.
 lab-down: bootstrap

@@ -32,9 +32,11 @@ class MountExpect:
 
 @dataclass(frozen=True)
 class Probe:
+    """A connection from a peer to this node's address on a segment they share."""
+
     peer: str
     segment: str
-    address: str
+    address: str  # this node's address on the segment
     port: int
     allowed: bool
 
@@ -81,10 +83,12 @@ def node_expect(desc: Description, node: str) -> NodeExpect:
                     "ro" not in t.mount.options)
         for name, t in desc.storage_tiers.items()
         if t.mount is not None and compute)
+    # Inbound: what this node's own firewall lets in, probed from one peer per segment.
     probes = tuple(
-        Probe(peer, seg, addr, port, allowed(desc, node, peer, seg, port))
-        for peer, pn in desc.nodes.items() if peer != node
-        for seg, addr in pn.addresses.items() if seg in n.addresses
+        Probe(peer, seg, addr, port, allowed(desc, peer, node, seg, port))
+        for seg, addr in n.addresses.items()
+        for peer in [next((p for p, pn in desc.nodes.items()
+                           if p != node and seg in pn.addresses), None)] if peer
         for port in probe_ports(desc))
     return NodeExpect(
         node=node,

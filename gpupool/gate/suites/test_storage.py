@@ -22,6 +22,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("mount", mounts, ids=[m.tier for m in mounts])
 
 
+def _require_present(host, mount: MountExpect) -> None:  # type: ignore[no-untyped-def]
+    """Checks on a mount's contents mean nothing where the mount is missing (and would
+    write to the root file system): they skip, and storage.mount_present fails."""
+    present = (host.file(mount.path).is_directory if mount.fstype == "local"
+               else host.run(f"findmnt --mountpoint {mount.path}").rc == 0)
+    if not present:
+        pytest.skip(f"{mount.path} is missing (see storage.mount_present)")
+
+
 @pytest.mark.action(Action.RECONFIGURE)
 def test_mount_present(host, mount: MountExpect, expect: NodeExpect,  # type: ignore[no-untyped-def]
                        measure: Measure) -> None:
@@ -50,6 +59,7 @@ def test_mount_present(host, mount: MountExpect, expect: NodeExpect,  # type: ig
 
 @pytest.mark.action(Action.RECONFIGURE)
 def test_mount_writable(host, mount: MountExpect, measure: Measure) -> None:  # type: ignore[no-untyped-def]
+    _require_present(host, mount)
     probe = f"{mount.path}/.gpupool-gate-probe"
     writable = host.run(f"touch {probe} && rm -f {probe}").rc == 0
     measure(writable, mount.writable, writable == mount.writable,
@@ -61,6 +71,7 @@ def test_mount_writable(host, mount: MountExpect, measure: Measure) -> None:  # 
 def test_mount_throughput(host, mount: MountExpect, measure: Measure) -> None:  # type: ignore[no-untyped-def]
     if not mount.writable:
         pytest.skip("read-only mount")
+    _require_present(host, mount)
     probe = f"{mount.path}/.gpupool-gate-dd"
     out = host.run(f"dd if=/dev/zero of={probe} bs=1M count={SMOKE_MIB} conv=fsync 2>&1; "
                    f"rm -f {probe}")

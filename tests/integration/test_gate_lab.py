@@ -1,0 +1,120 @@
+"""The acceptance gate on the lab: healthy hosts pass, hosts broken on purpose fail with
+exactly the right check named and are not admitted, and come back once repaired.
+
+The lab hosts are converged with every role (site.yml) and the scheduler; breakages are
+made by hand on the hosts, as an operator's mistake or a drifting host would make them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpupool import flows, lab, loader, slurm_lab
+from gpupool.gate import runner
+from tests.conftest import ROOT, mutate, raw_stack
+
+pytestmark = pytest.mark.integration
+DESC = loader.load_stack("lab", ROOT)
+COMPUTE = [n for n, node in DESC.nodes.items() if "compute" in node.roles]
+CANARY = flows.probe_ports(DESC)[-1]  # a port no flow opens
+RESULTS = ROOT / "bench" / "results" / "gate_lab.json"
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[slurm_lab.SlurmLab]:
+    missing = [t for t in ("podman", "runc", "debootstrap") if shutil.which(t) is None]
+    if missing:
+        pytest.skip(f"lab hosts need {', '.join(missing)} (scripts/bootstrap.sh installs them)")
+    if os.geteuid() != 0:
+        pytest.skip("lab hosts need root (rootful podman)")
+    with lab.lab_lock():
+        s, figures = slurm_lab.bring_up(DESC, site=True)
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps({"bring_up": figures}, indent=2) + "\n")
+        yield s
+
+
+def gate(tmp: Path, nodes: list[str], tier: str, description: Path | None = None
+         ) -> dict[str, dict[str, Any]]:
+    inv = lab.inventory_path(DESC)
+    reports = runner.gate(description or DESC.source, [runner.ansible_target(n, inv)
+                                                       for n in nodes], tier, tmp)
+    return {r["node"]: r for r in reports}
+
+
+def record(key: str, reports: dict[str, dict[str, Any]]) -> None:
+    data = json.loads(RESULTS.read_text())
+    data[key] = {n: {"verdict": r["verdict"], "failed": r["failed"],
+                     "duration_s": r["duration_s"], "counts": r["counts"]}
+                 for n, r in reports.items()}
+    RESULTS.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+@pytest.mark.parametrize("tier", ["quick", "standard"])
+def test_healthy_hosts_pass(pool: slurm_lab.SlurmLab, tier: str, tmp_path: Path) -> None:
+    reports = gate(tmp_path, list(DESC.nodes), tier)
+    record(f"healthy_{tier}", reports)
+    for node, r in reports.items():
+        assert r["verdict"] == "pass", (node, r["failed"], r.get("error", "")[-2000:])
+    gpu = [c for c in reports[COMPUTE[0]]["checks"] if c["suite"] == "gpu"]
+    assert gpu and all(c["status"] == "skip" and c["message"].startswith("no NVIDIA GPU")
+                       for c in gpu)
+
+
+def test_wrong_driver_pin_fails_the_software_check(pool: slurm_lab.SlurmLab,
+                                                   tmp_path: Path) -> None:
+    # The lock moves to a driver the hosts do not have: every GPU node must fail on it.
+    data = mutate(raw_stack("lab"), [{"set": "software.nvidia_driver", "value": "535.309.02"}])
+    desc_file = tmp_path / "lab-new-driver.yaml"
+    desc_file.write_text(yaml.safe_dump(data))
+    reports = gate(tmp_path / "r", COMPUTE, "quick", desc_file)
+    record("wrong_driver_pin", reports)
+    for node in COMPUTE:
+        assert reports[node]["failed"] == ["software.locked_version_held[nvidia_driver]"]
+
+
+BREAK = {
+    COMPUTE[0]: ("system.sshd_hardened",
+                 "printf 'PasswordAuthentication yes\\n' > /etc/ssh/sshd_config.d/00-oops.conf",
+                 "rm -f /etc/ssh/sshd_config.d/00-oops.conf"),
+    COMPUTE[1]: ("storage.mount_present[scratch]", "rm -rf /scratch",
+                 "install -d -m 1777 /scratch"),
+    COMPUTE[2]: ("network.undeclared_flows_closed",
+                 f"nft insert rule inet gpupool input tcp dport {CANARY} accept",
+                 "nft -f /etc/nftables.conf"),
+}
+
+
+def test_broken_hosts_fail_exactly_and_are_not_admitted(pool: slurm_lab.SlurmLab,
+                                                        tmp_path: Path) -> None:
+    for node, (_, breakage, _) in BREAK.items():
+        pool.sh(breakage, node=node)
+    try:
+        reports = gate(tmp_path, COMPUTE, "standard")
+        record("broken_standard", reports)
+        for node, (check, _, _) in BREAK.items():
+            assert reports[node]["verdict"] == "fail"
+            assert reports[node]["failed"] == [check], node
+        proc = slurm_lab.playbook(DESC, "gate.yml")
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        for node, (check, _, _) in BREAK.items():
+            assert "drain" in pool.node_states()[node]
+            reason = pool.sh(f"sinfo -h -n {node} -o %E").strip()
+            assert reason.startswith("gpupool-gate: fail") and check in reason, reason
+            verdict = json.loads(pool.sh(f"cat /var/lib/gpupool/admission/{node}.json"))
+            assert verdict["verdict"] == "fail" and verdict["failed"] == [check]
+    finally:
+        for node, (_, _, repair) in BREAK.items():
+            pool.sh(repair, node=node)
+    proc = slurm_lab.playbook(DESC, "gate.yml")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    states = pool.node_states()
+    assert all(states[n] == "idle" for n in COMPUTE), states
