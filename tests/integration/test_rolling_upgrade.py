@@ -1,0 +1,49 @@
+"""The rolling driver upgrade on the lab stops at the first node that fails its gate and
+leaves the rest serving."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+import pytest
+
+from gpupool import lab, loader, slurm_lab
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.integration
+DESC = loader.load_stack("lab", ROOT)
+COMPUTE = [n for n, node in DESC.nodes.items() if "compute" in node.roles]
+RESULTS = ROOT / "bench" / "results" / "rolling_upgrade.json"
+OOPS = "/etc/ssh/sshd_config.d/00-oops.conf"
+
+
+def test_rollout_stops_at_the_failing_node(tmp_path) -> None:
+    missing = [t for t in ("podman", "runc", "debootstrap") if shutil.which(t) is None]
+    if missing:
+        pytest.skip(f"lab hosts need {', '.join(missing)} (scripts/bootstrap.sh installs them)")
+    if os.geteuid() != 0:
+        pytest.skip("lab hosts need root (rootful podman)")
+    first, broken, rest = COMPUTE[0], COMPUTE[1], COMPUTE[2:]
+    with lab.lab_lock():
+        s, _ = slurm_lab.bring_up(DESC, site=True)
+        s.sh(f"printf 'PasswordAuthentication yes\\n' > {OOPS}", node=broken)
+        try:
+            t = time.monotonic()
+            proc = slurm_lab.playbook(DESC, "rolling_driver_upgrade.yml")
+            took = round(time.monotonic() - t, 1)
+            states = s.node_states()
+            reason = s.sh(f"sinfo -h -n {broken} -o %E").strip()
+        finally:
+            s.sh(f"rm -f {OOPS}", node=broken)
+            slurm_lab.playbook(DESC, "gate.yml")  # bring the repaired node back
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({"rollout_s": took, "states": states, "reason": reason},
+                                  indent=2) + "\n")
+    assert proc.returncode != 0, "the rollout must stop at the failing node"
+    assert states[first] == "idle", states  # upgraded, gated, resumed
+    assert "drain" in states[broken] and "system.sshd_hardened" in reason, (states, reason)
+    for node in rest:  # never reached (the first step on a node drains it): still serving
+        assert states[node] == "idle", states
