@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import yaml
 
@@ -36,6 +37,7 @@ from gpupool.loader import PROJECT_ROOT
 from gpupool.model import Description, FsType
 
 Report = Callable[[str], None]
+T = TypeVar("T")
 
 LOCK_PATH = Path("/tmp/gpupool-lab.lock")  # noqa: S108 - shared by every checkout on this machine
 LOCK_WAIT_S = 1800
@@ -202,9 +204,22 @@ def require_tools() -> None:
         raise LabError("the lab needs root (rootful podman with static addresses)")
 
 
+_LOCK_DEPTH = 0  # this process already holds the lock: nested users just go on
+
+
 @contextlib.contextmanager
 def lab_lock(wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
-    """Exclusive lock serialising every lab user on this machine (tests, bench, CLI)."""
+    """Exclusive lock serialising every lab user on this machine (tests, bench, CLI).
+    Re-entrant within a process, so a command run inside a locked test does not wait
+    for itself."""
+    global _LOCK_DEPTH  # noqa: PLW0603 - one lock per process
+    if _LOCK_DEPTH:
+        _LOCK_DEPTH += 1
+        try:
+            yield
+        finally:
+            _LOCK_DEPTH -= 1
+        return
     with LOCK_PATH.open("a") as fh:
         deadline = time.monotonic() + wait_s
         while True:
@@ -216,18 +231,22 @@ def lab_lock(wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
                     raise LabError(f"another lab user held {LOCK_PATH} for more than "
                                    f"{wait_s:.0f}s; giving up") from None
                 time.sleep(1)
+        _LOCK_DEPTH = 1
         try:
             yield
         finally:
+            _LOCK_DEPTH = 0
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def wait_for(what: str, probe: Callable[[], bool], timeout: float) -> None:
+def wait_for(what: str, probe: Callable[[], T], timeout: float) -> T:
+    """Poll probe until it returns something true (and return that); bounded."""
     deadline = time.monotonic() + timeout
-    while not probe():
+    while not (value := probe()):
         if time.monotonic() > deadline:
             raise LabError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(POLL_S)
+    return value
 
 
 # -- the image ---------------------------------------------------------------------------

@@ -13,15 +13,13 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from gpupool import lab, slurm
 from gpupool.facts import controller
 from gpupool.loader import PROJECT_ROOT
 from gpupool.model import Description
 
-T = TypeVar("T")
-POLL_S = 0.3
 PLAYBOOK_TIMEOUT_S = 1200
 JOB_SCRIPT = "/var/lib/gpupool/jobs/job.sh"  # on the controller; sbatch copies it
 
@@ -30,16 +28,7 @@ class SlurmLabError(RuntimeError):
     """The lab's Slurm did not reach the state asked for; the message says which."""
 
 
-def wait_for(what: str, probe: Callable[[], T], timeout: float) -> T:
-    """Poll probe until it returns something true; bounded by timeout seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise SlurmLabError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(POLL_S)
+wait_for = lab.wait_for  # one bounded poll for every lab user
 
 
 def playbook(desc: Description, name: str, *extra: str) -> subprocess.CompletedProcess[str]:

@@ -8,39 +8,28 @@ the uninterrupted result), never a duration.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from typing import Any
 
 import pytest
 
-from gpupool import drills, lab, loader, slurm_lab
+from gpupool import drills, slurm_lab
+from gpupool.model import Description
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
-DESC = loader.load_stack("lab", ROOT)
 RESULTS = ROOT / "bench" / "results" / "drills.json"
 
 
-def _prerequisites() -> None:
-    missing = [t for t in ("podman", "runc", "debootstrap") if shutil.which(t) is None]
-    if missing:
-        pytest.skip(f"lab hosts need {', '.join(missing)} (scripts/bootstrap.sh installs them)")
-    if os.geteuid() != 0:
-        pytest.skip("lab hosts need root (rootful podman)")
-
-
 @pytest.fixture(scope="module")
-def report() -> Any:
-    _prerequisites()
-    with lab.lab_lock():
-        s, figures = slurm_lab.bring_up(DESC, site=True)
-        results: dict[str, Any] = {"bring_up": figures}
-        try:
-            yield lambda name: results.setdefault(name, drills.run(DESC, s, [name])[name])
-        finally:
-            RESULTS.parent.mkdir(parents=True, exist_ok=True)
-            RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+def report(site: Any, lab_desc: Description) -> Any:
+    """The session's lab, every role converged (fixture `site`); drills run once each."""
+    s = slurm_lab.ready(lab_desc)
+    results: dict[str, Any] = {}
+    try:
+        yield lambda name: results.setdefault(name, drills.run(lab_desc, s, [name])[name])
+    finally:
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
 
 
 @pytest.mark.parametrize("name", list(drills.DRILLS))

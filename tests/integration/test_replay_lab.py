@@ -8,9 +8,8 @@ what is asserted is that every job of both policies completed and the report was
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,12 +20,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(autouse=True)
-def _prerequisites() -> None:
-    missing = [t for t in ("podman", "runc", "debootstrap") if shutil.which(t) is None]
-    if missing:
-        pytest.skip(f"lab hosts need {', '.join(missing)} (scripts/bootstrap.sh installs them)")
-    if os.geteuid() != 0:
-        pytest.skip("lab hosts need root (rootful podman)")
+def _lab(site: Any) -> None:
+    """The session's lab, every role converged (fixture `site`); replay reuses it."""
 
 
 def _replay(tmp_path: Path, *args: str) -> dict:

@@ -4,13 +4,12 @@ leaves the rest serving."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
+from typing import Any
 
 import pytest
 
-from gpupool import lab, loader, slurm_lab
+from gpupool import loader, slurm_lab
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
@@ -20,25 +19,19 @@ RESULTS = ROOT / "bench" / "results" / "rolling_upgrade.json"
 OOPS = "/etc/ssh/sshd_config.d/00-oops.conf"
 
 
-def test_rollout_stops_at_the_failing_node(tmp_path) -> None:
-    missing = [t for t in ("podman", "runc", "debootstrap") if shutil.which(t) is None]
-    if missing:
-        pytest.skip(f"lab hosts need {', '.join(missing)} (scripts/bootstrap.sh installs them)")
-    if os.geteuid() != 0:
-        pytest.skip("lab hosts need root (rootful podman)")
+def test_rollout_stops_at_the_failing_node(site: Any) -> None:
     first, broken, rest = COMPUTE[0], COMPUTE[1], COMPUTE[2:]
-    with lab.lab_lock():
-        s, _ = slurm_lab.bring_up(DESC, site=True)
-        s.sh(f"printf 'PasswordAuthentication yes\\n' > {OOPS}", node=broken)
-        try:
-            t = time.monotonic()
-            proc = slurm_lab.playbook(DESC, "rolling_driver_upgrade.yml")
-            took = round(time.monotonic() - t, 1)
-            states = s.node_states()
-            reason = s.sh(f"sinfo -h -n {broken} -o %E").strip()
-        finally:
-            s.sh(f"rm -f {OOPS}", node=broken)
-            slurm_lab.playbook(DESC, "gate.yml")  # bring the repaired node back
+    s = slurm_lab.ready(DESC)
+    s.sh(f"printf 'PasswordAuthentication yes\\n' > {OOPS}", node=broken)
+    try:
+        t = time.monotonic()
+        proc = slurm_lab.playbook(DESC, "rolling_driver_upgrade.yml")
+        took = round(time.monotonic() - t, 1)
+        states = s.node_states()
+        reason = s.sh(f"sinfo -h -n {broken} -o %E").strip()
+    finally:
+        s.sh(f"rm -f {OOPS}", node=broken)
+        slurm_lab.playbook(DESC, "gate.yml")  # bring the repaired node back
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({"rollout_s": took, "states": states, "reason": reason},
                                   indent=2) + "\n")
