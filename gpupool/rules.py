@@ -171,6 +171,13 @@ def network(desc: Description) -> Iterator[Problem]:
         if ipaddress.ip_network(cidr).prefixlen == 0:
             yield Problem(f"network.admin_cidrs[{i}]", "admin-cidr-not-open",
                           "management must not be open to the whole internet", cidr)
+    if "management" in net.segments and not any(
+            f.from_ == "management" and f.to == "management"
+            and (f.protocol == "all" or (f.protocol == "tcp" and 22 in f.ports))
+            for f in net.flows):
+        yield Problem("network.flows", "management-ssh-flow",
+                      "a management-to-management flow must carry SSH (tcp 22): the "
+                      "firewall admits nothing else, and nodes are managed over it", None)
     for i, flow in enumerate(net.flows):
         path = f"network.flows[{i}]"
         for field, seg in (("from", flow.from_), ("to", flow.to)):

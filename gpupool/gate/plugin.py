@@ -24,6 +24,7 @@ PASS, FAIL, COULD_NOT_RUN = "pass", "fail", "could-not-run"
 Measure = Callable[..., None]
 # One pytest session gates one node, so module state is per report.
 _RESULTS: list[dict[str, Any]] = []
+_HOST_IDS: list[str] = []
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -42,6 +43,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "tier(name): the lowest tier that runs this check")
     config.addinivalue_line("markers", "action(name): advised action when the check fails")
     config._gate_started = time.time()  # type: ignore[attr-defined]
+    # The ids testinfra gives its hosts: "local", or "<backend>://<host>" without options.
+    _HOST_IDS[:] = [h.split("?", 1)[0].rstrip("/") if "://" in h and h.split("://", 1)[1]
+                    else "local" for h in (config.getoption("--hosts") or "").split(",") if h]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -97,12 +101,14 @@ def _check_id(nodeid: str) -> tuple[str, str]:
     path, _, name = nodeid.partition("::")
     suite = Path(path).stem.removeprefix("test_")
     name = name.removeprefix("test_")
-    # testinfra appends the host to every parametrized id; the report is per host anyway.
-    if "[" in name:
-        base, _, params = name.partition("[")
-        parts = [p for p in params.rstrip("]").split("-") if "://" not in p and p != "local"]
-        name = f"{base}[{'-'.join(parts)}]" if parts else base
-    return suite, name
+    # testinfra adds the host to every test's id; one report is one host anyway.
+    base, _, params = name.partition("[")
+    params = params.removesuffix("]")
+    for host_id in _HOST_IDS:
+        params = params.replace(f"-{host_id}", "").replace(f"{host_id}-", "")
+        if params == host_id:
+            params = ""
+    return suite, f"{base}[{params}]" if params else base
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -7,6 +7,7 @@ does) or `local://` on the node itself (how the GPU tier runs on a GPU host).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -54,8 +55,11 @@ def gate_node(description: Path, target: Target, tier: str, out_dir: Path, *,
         "-c", str(SUITES / "pytest.ini"), *(f"--gate-suite={s}" for s in suites),
         *(f"--gate-exclude={e}" for e in exclude),
     ]
+    # testinfra's ansible backend runs ansible-inventory: the one beside this Python.
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
+                                 f"{os.environ.get('PATH', os.defpath)}"}
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True,
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env,
                               timeout=TIER_TIMEOUT_S[tier], check=False)
     except subprocess.TimeoutExpired:
         return _could_not_run(target.node, tier, f"timed out after {TIER_TIMEOUT_S[tier]} s")

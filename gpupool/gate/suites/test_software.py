@@ -8,14 +8,18 @@ from gpupool.gate.actions import Action
 from gpupool.gate.expect import NodeExpect
 from gpupool.gate.plugin import Measure
 
-# How each locked component shows up among a Debian host's packages: which installed
-# packages belong to it (by source or name) and how their version carries the lock.
-# cuda, nccl and the GPU operator live in containers and the cluster, not on the host.
+# How each locked component shows up among a Debian host's packages (packaging facts, not
+# pool values): the source package whose binaries must all carry the locked version, and
+# the primary packages that must also be held (their exact-version dependencies keep the
+# rest in step). cuda, nccl and the GPU operator live in containers and the cluster.
 COMPONENT_PACKAGES = {
-    "nvidia_driver": {"sources": {"nvidia-graphics-drivers"}, "names": set()},
-    "container_toolkit": {"sources": set(), "names": {"nvidia-container-toolkit"}},
-    "dcgm": {"sources": set(), "names": {"datacenter-gpu-manager"}},
-    "slurm": {"sources": {"slurm-wlm"}, "names": set()},
+    "nvidia_driver": {"source": "nvidia-graphics-drivers",
+                      "primary": {"nvidia-smi", "libnvidia-ml1", "libcuda1"}},
+    "container_toolkit": {"source": "nvidia-container-toolkit",
+                          "primary": {"nvidia-container-toolkit"}},
+    "dcgm": {"source": "datacenter-gpu-manager", "primary": {"datacenter-gpu-manager"}},
+    "slurm": {"source": "slurm-wlm",
+              "primary": {"slurmd", "slurmctld", "slurmdbd", "slurm-client"}},
 }
 GPU_ONLY = {"nvidia_driver", "container_toolkit", "dcgm"}
 
@@ -28,8 +32,8 @@ def packages(host) -> dict[str, tuple[str, str]]:  # type: ignore[no-untyped-def
     pkgs = {}
     for line in out.splitlines():
         status, name, version, source = line.split("|")
-        if status.startswith("ii"):
-            pkgs[name] = (version, source)
+        if status[1:2] == "i":  # installed, whatever the selection (held shows "hi")
+            pkgs[name] = (version, source or name)
     return pkgs
 
 
@@ -55,12 +59,13 @@ def test_locked_version_held(component: str, expect: NodeExpect,  # type: ignore
     if component in GPU_ONLY and expect.gpu is None:
         pytest.skip("not a GPU node")
     spec = COMPONENT_PACKAGES[component]
-    mine = {n: v for n, (v, src) in packages.items()
-            if n in spec["names"] or src in spec["sources"]}
+    mine = {n: v for n, (v, src) in packages.items() if src == spec["source"]}
+    primary = sorted(spec["primary"] & set(mine))
     locked = expect.software[component]
     wrong = {n: v for n, v in mine.items() if not _version_matches(v, locked)}
-    unheld = sorted(n for n in mine if n not in held)
-    measure({"installed": mine, "wrong_version": wrong, "not_held": unheld},
-            {"version": locked, "held": True},
-            bool(mine) and not wrong and not unheld,
-            f"{component}: installed {mine or 'nothing'}, wrong {wrong}, not held {unheld}")
+    unheld = [n for n in primary if n not in held]
+    measure({"primary": primary, "wrong_version": wrong, "not_held": unheld},
+            {"version": locked, "primary_held": True},
+            bool(primary) and not wrong and not unheld,
+            f"{component}: primary packages {primary or 'none installed'}, wrong versions "
+            f"{wrong}, not held {unheld}")
