@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,17 @@ import pytest
 import yaml
 
 from gpupool import loader
+from gpupool.model import Description
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def lab_description() -> Description:
+    """The lab the integration tests run on: the `lab` stack, or the description file
+    GPUPOOL_LAB_DESCRIPTION names (a second lab with other addresses can then run beside
+    the first one on the same machine)."""
+    path = os.environ.get("GPUPOOL_LAB_DESCRIPTION")
+    return loader.load_file(Path(path)) if path else loader.load_stack("lab", ROOT)
 
 
 def raw_stack(stack: str) -> dict[str, Any]:

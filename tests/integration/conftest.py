@@ -19,9 +19,8 @@ from pathlib import Path
 import pytest
 
 from gpupool import lab as labmod
-from gpupool import loader
 from gpupool.model import Description
-from tests.conftest import ROOT
+from tests.conftest import ROOT, lab_description
 
 ANSIBLE_PLAYBOOK = ROOT / ".venv" / "bin" / "ansible-playbook"
 RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
@@ -61,7 +60,7 @@ def _missing_prerequisite() -> str | None:
 
 @pytest.fixture(scope="session")
 def lab_desc() -> Description:
-    return loader.load_stack("lab")
+    return lab_description()
 
 
 @pytest.fixture(scope="session")

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import yaml
 
-from gpupool import flows, lab, loader, slurm_lab
+from gpupool import flows, lab, slurm_lab
 from gpupool.gate import runner
-from tests.conftest import ROOT, mutate, raw_stack
+from tests.conftest import ROOT, lab_description, mutate
 
 pytestmark = pytest.mark.integration
-DESC = loader.load_stack("lab", ROOT)
+DESC = lab_description()
 COMPUTE = [n for n, node in DESC.nodes.items() if "compute" in node.roles]
 CANARY = flows.probe_ports(DESC)[-1]  # a port no flow opens
 RESULTS = ROOT / "bench" / "results" / "gate_lab.json"
@@ -63,7 +63,9 @@ def test_healthy_hosts_pass(pool: slurm_lab.SlurmLab, tier: str, tmp_path: Path)
 def test_wrong_driver_pin_fails_the_software_check(pool: slurm_lab.SlurmLab,
                                                    tmp_path: Path) -> None:
     # The lock moves to a driver the hosts do not have: every GPU node must fail on it.
-    data = mutate(raw_stack("lab"), [{"set": "software.nvidia_driver", "value": "535.309.02"}])
+    assert DESC.source is not None
+    data = mutate(yaml.safe_load(DESC.source.read_text()),
+                  [{"set": "software.nvidia_driver", "value": "535.309.02"}])
     desc_file = tmp_path / "lab-new-driver.yaml"
     desc_file.write_text(yaml.safe_dump(data))
     reports = gate(tmp_path / "r", COMPUTE, "quick", desc_file)

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from gpupool import loader, slurm_lab
-from tests.conftest import ROOT
+from gpupool import slurm_lab
+from tests.conftest import ROOT, lab_description
 
 pytestmark = pytest.mark.integration
-DESC = loader.load_stack("lab", ROOT)
+DESC = lab_description()
 COMPUTE = [n for n, node in DESC.nodes.items() if "compute" in node.roles]
 RESULTS = ROOT / "bench" / "results" / "rolling_upgrade.json"
 OOPS = "/etc/ssh/sshd_config.d/00-oops.conf"
