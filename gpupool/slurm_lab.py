@@ -106,6 +106,21 @@ def _container_ids(desc: Description) -> tuple[str, ...]:
     return tuple(proc.stdout.split())
 
 
+def mark_converged(desc: Description, book: str) -> None:
+    """Record that `book` was just converged on the lab's current hosts."""
+    _CONVERGED[(desc.pool.name, book)] = _container_ids(desc)
+
+
+def ready(desc: Description) -> SlurmLab:
+    """The converged lab's Slurm, ready for jobs: root in every team account, on-prem
+    nodes idle."""
+    s = SlurmLab(desc)
+    s.sh(f"sacctmgr -i add user root account={','.join(desc.teams)} >/dev/null; true")
+    wait_for("on-prem nodes idle", lambda: all(
+        s.node_states().get(n) == "idle" for n in onprem_nodes(desc)), 90)
+    return s
+
+
 def bring_up(desc: Description, *, site: bool = False,
              report: Callable[[str], None] = lambda _m: None) -> tuple[SlurmLab, dict[str, Any]]:
     """Lab hosts up, the Slurm role (or, with site, every role) converged, root
@@ -127,9 +142,6 @@ def bring_up(desc: Description, *, site: bool = False,
         _CONVERGED[(desc.pool.name, book)] = ids
         figures["converge_s"] = round(time.monotonic() - t, 1)
         report(f"{book} converged in {figures['converge_s']}s")
-    s = SlurmLab(desc)
-    s.sh(f"sacctmgr -i add user root account={','.join(desc.teams)} >/dev/null; true")
-    wait_for("on-prem nodes idle", lambda: all(
-        s.node_states().get(n) == "idle" for n in onprem_nodes(desc)), 90)
+    s = ready(desc)
     figures["bring_up_s"] = round(time.monotonic() - start, 1)
     return s, figures
