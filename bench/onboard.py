@@ -2,7 +2,7 @@
 GPU nodes, and the idempotent re-run time. Writes bench/results/onboard.json.
 
 The benchmark pool is the lab stack widened to five GPU nodes (clones of lab-gpu1 with the
-next addresses) and moved to its own address space (10.231.* -> 10.241.*) and name, so it
+next addresses) and moved to its own address space (10.231.* -> 10.251.*) and name, so it
 never collides with a running `make lab`. It takes the lab lock for its whole run.
 
     python -m bench.onboard [--sizes 1 3 5]
@@ -34,7 +34,7 @@ TEMPLATE_NODE = "lab-gpu1"
 
 def bench_description(gpu_nodes: int) -> Description:
     raw = yaml.safe_load(loader.description_path("lab", ROOT).read_text())
-    raw = yaml.safe_load(yaml.safe_dump(raw).replace("10.231.", "10.241."))
+    raw = yaml.safe_load(yaml.safe_dump(raw).replace("10.231.", "10.251."))
     raw["pool"]["name"] = "bench"
     template = raw["nodes"][TEMPLATE_NODE]
     gpus = [n for n in raw["nodes"] if n != TEMPLATE_NODE and "class" in raw["nodes"][n]

@@ -38,4 +38,4 @@ def test_bench_pool_widens_lab_to_five_gpu_nodes() -> None:
     gpu = [n for n, node in desc.nodes.items() if desc.node_classes[node.class_].gpu]
     assert len(gpu) == 5
     mgmt = [node.addresses["management"] for node in desc.nodes.values()]
-    assert len(set(mgmt)) == len(mgmt) and all(a.startswith("10.241.") for a in mgmt)
+    assert len(set(mgmt)) == len(mgmt) and all(a.startswith("10.251.") for a in mgmt)

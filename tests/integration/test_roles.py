@@ -243,3 +243,14 @@ def test_gpu_operator_values_match_chart_and_clusterpolicy(
     for name, labels in labelled.items():
         gpu = lab_desc.node_classes[lab_desc.nodes[name].class_].gpu
         assert gpu is not None and labels["gpupool.io/gpu-model"] == gpu.model
+
+
+def test_cli_status_reports_the_running_lab(site: SiteRuns, lab_desc: Description,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from gpupool.cli import main  # noqa: PLC0415
+
+    assert main(["lab", "status", "--stack", "lab", "--json"]) == 0
+    state = json.loads(capsys.readouterr().out)
+    assert state["ready"] and set(state["hosts"]) == set(lab_desc.nodes)
+    assert state["networks"] == {labmod.network_name(lab_desc, s): seg.cidr
+                                 for s, seg in lab_desc.network.segments.items()}
