@@ -72,13 +72,13 @@ class Context:
         return next(n.gpus for n in slurm.nodes(self.desc) if not n.cloud)
 
 
-def job_script(ctx: Context, name: str) -> str:
+def job_script(ctx: Context, name: str, steps: int = STEPS) -> str:
     """The batch script of the reference job: SIGTERM goes to the job, which saves and
     exits 143; Slurm itself requeues a preempted job (PreemptMode=REQUEUE), and a job
     cancelled with scancel stays cancelled."""
     ckpt = f"{ctx.root}/{ctx.team}/{name}"
     return f"""#!/bin/bash
-export GPUPOOL_CKPT_DIR={ckpt} GPUPOOL_STEPS={STEPS} GPUPOOL_CKPT_EVERY={EVERY}
+export GPUPOOL_CKPT_DIR={ckpt} GPUPOOL_STEPS={steps} GPUPOOL_CKPT_EVERY={EVERY}
 export GPUPOOL_STEP_SECONDS={STEP_S} GPUPOOL_STORAGE_WAIT_S=60
 python3 -u {ctx.root}/.gpupool/reference_train.py &
 pid=$!
@@ -93,10 +93,10 @@ def install_job(ctx: Context) -> None:
     ctx.slurm.sh(f"mkdir -p {ctx.root}/.gpupool/logs {ctx.root}/{ctx.team}")
 
 
-def reference_result() -> dict[str, Any]:
+def reference_result(steps: int = STEPS) -> dict[str, Any]:
     """The uninterrupted run, on this machine."""
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "GPUPOOL_CKPT_DIR": tmp, "GPUPOOL_STEPS": str(STEPS),
+        env = {**os.environ, "GPUPOOL_CKPT_DIR": tmp, "GPUPOOL_STEPS": str(steps),
                "GPUPOOL_CKPT_EVERY": str(EVERY), "GPUPOOL_STEP_SECONDS": "0"}
         module = resources.files("gpupool.jobs").joinpath("reference_train.py")
         subprocess.run([sys.executable, str(module)], env=env, check=True,
@@ -104,13 +104,14 @@ def reference_result() -> dict[str, Any]:
         return json.loads((Path(tmp) / "result.json").read_text())
 
 
-def submit(ctx: Context, name: str, task_class: str, *extra: str, fresh: bool = True) -> str:
+def submit(ctx: Context, name: str, task_class: str, *extra: str, fresh: bool = True,
+           steps: int = STEPS) -> str:
     if fresh:
         ctx.slurm.sh(f"rm -rf {ctx.root}/{ctx.team}/{name}")
     return ctx.slurm.sbatch(
         f"-p {task_class}", f"-A {ctx.team}", f"-J {name}", "--requeue", "-C onprem",
         f"-o {ctx.root}/.gpupool/logs/{name}-%j.out", "--open-mode=append", *extra,
-        script=job_script(ctx, name))
+        script=job_script(ctx, name, steps))
 
 
 def log(ctx: Context, name: str, jid: str) -> str:
@@ -136,11 +137,12 @@ def node_of(ctx: Context, jid: str) -> str:
         (n := ctx.slurm.job(jid).get("NodeList", "(null)")) != "(null)" and n), 60)
 
 
-def finish(ctx: Context, name: str, jid: str) -> dict[str, Any]:
-    wait_for(f"{name} completed", lambda: ctx.slurm.state(jid) == "COMPLETED", JOB_TIMEOUT_S)
+def finish(ctx: Context, name: str, jid: str, steps: int = STEPS) -> dict[str, Any]:
+    wait_for(f"{name} completed", lambda: ctx.slurm.state(jid) == "COMPLETED",
+             JOB_TIMEOUT_S * steps / STEPS)
     text = log(ctx, name, jid)
     got = result(ctx, name)
-    return {"result_parity": got == reference_result(), "starts_at_steps": starts(text),
+    return {"result_parity": got == reference_result(steps), "starts_at_steps": starts(text),
             "restarts": int(ctx.slurm.job(jid).get("Restarts", 0)), "result": got}
 
 
@@ -279,20 +281,23 @@ def health_check(ctx: Context) -> dict[str, Any]:
     its work, which resumes elsewhere; the node returns only once the gate passes it."""
     _, mid, _ = ctx.classes()
     name = "drill-health-check"
-    jid = submit(ctx, name, mid, "--gpus=1")
+    steps = 3 * STEPS  # outlasts a gate round on a busy machine
+    jid = submit(ctx, name, mid, "--gpus=1", steps=steps)
     node = node_of(ctx, jid)
     wait_for("a checkpoint", lambda: checkpoints(ctx, name) >= 1, 60)
     ctx.slurm.sh(BREAK, node=node)
-    t0 = time.monotonic()
-    states = health_check_round(ctx)
-    drain_s = time.monotonic() - t0
-    reason = ctx.slurm.sh(f"sinfo -h -n {node} -o %E").strip()
-    wait_for("the job running elsewhere", lambda: len(starts(log(ctx, name, jid))) >= 2
-             and ctx.slurm.job(jid).get("NodeList") not in (node, "(null)"), 120)
-    moved_s = time.monotonic() - t0
-    ctx.slurm.sh(REPAIR, node=node)
-    back = health_check_round(ctx)
-    out = finish(ctx, name, jid)
+    try:
+        t0 = time.monotonic()
+        states = health_check_round(ctx)
+        drain_s = time.monotonic() - t0
+        reason = ctx.slurm.sh(f"sinfo -h -n {node} -o %E").strip()
+        wait_for("the job running elsewhere", lambda: len(starts(log(ctx, name, jid))) >= 2
+                 and ctx.slurm.job(jid).get("NodeList") not in (node, "(null)"), 120)
+        moved_s = time.monotonic() - t0
+    finally:
+        ctx.slurm.sh(REPAIR, node=node)
+        back = health_check_round(ctx)  # the repaired node passes and comes back
+    out = finish(ctx, name, jid, steps)
     return {"node": node, "state_while_failing": states.get(node), "drain_reason": reason,
             "health_check_s": round(drain_s, 2), "time_to_resume_s": round(moved_s, 2),
             "state_after_repair_and_gate": back.get(node),
