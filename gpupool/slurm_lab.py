@@ -87,8 +87,13 @@ class SlurmLab:
         return dict(line.split() for line in out.splitlines())
 
     def cancel_all(self) -> None:
-        self.sh("scancel --user=root; true")
-        wait_for("all jobs gone", lambda: not self.sh("squeue -h -o %i").strip(), 60)
+        # A job that requeues itself on SIGTERM (the job convention) comes back pending
+        # from the first scancel; the next one cancels it for good.
+        def gone() -> bool:
+            self.sh("scancel --user=root; true")
+            return not self.sh("squeue -h -o %i").strip()
+
+        wait_for("all jobs gone", gone, 60)
 
 
 def onprem_nodes(desc: Description) -> list[str]:
