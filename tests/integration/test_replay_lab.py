@@ -40,11 +40,11 @@ def _replay(tmp_path: Path, *args: str) -> dict:
 
 
 def test_synthetic_saturated_trace(tmp_path: Path) -> None:
-    run = _replay(tmp_path, "--jobs", "30", "--horizon", "60", "--load", "1.5")
+    run = _replay(tmp_path, "--jobs", "24", "--horizon", "45", "--load", "1.5")
     # Preemptible work was preempted and requeued under gpupool's policy only.
     assert run["policies"]["baseline"]["preemptions_and_requeues"] == 0
 
 
 @pytest.mark.skipif(not TRACE.exists(), reason=f"trace missing at {TRACE}")
 def test_alibaba_sample(tmp_path: Path) -> None:
-    _replay(tmp_path, "--alibaba", str(TRACE), "--jobs", "24", "--horizon", "60")
+    _replay(tmp_path, "--alibaba", str(TRACE), "--jobs", "20", "--horizon", "45")
