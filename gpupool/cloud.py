@@ -151,6 +151,12 @@ def bucket_tiers(desc: Description) -> dict[str, StorageTier]:
     return {n: t for n, t in desc.storage_tiers.items() if t.purpose in BUCKET_PURPOSES}
 
 
+def burst_name(desc: Description, group: str) -> str:
+    """Name of a burst group's launch template, placement group and autoscaling group:
+    the Pulumi program declares them, the Slurm resume program launches from them."""
+    return f"{desc.pool.name}-{group}"
+
+
 def bucket_name(desc: Description, tier: str) -> str:
     """Globally unique by pool, tier and home region."""
     return f"{desc.pool.name}-{tier}-{desc.pool.cloud_region}"

@@ -36,7 +36,9 @@ WORK = r"""#!/bin/bash
 # Replay job: WORK_DS tenths of a second of work, resumable from its progress file.
 P={root}/.gpupool/replay/$SLURM_JOB_NAME.progress
 done=$(cat "$P" 2>/dev/null || echo 0)
-trap 'echo $done > "$P"; scontrol requeue $SLURM_JOB_ID; exit 0' TERM
+trap 'echo $done > "$P"
+      scontrol show job $SLURM_JOB_ID | grep -q PreemptTime=None || scontrol requeue $SLURM_JOB_ID
+      exit 0' TERM
 while [ "$done" -lt "$WORK_DS" ]; do
   sleep 0.1; done=$((done + 1))
   [ $((done % 10)) -eq 0 ] && echo $done > "$P"

@@ -364,7 +364,7 @@ def burst_config(desc: Description) -> dict[str, Any]:
         name: {"region": g.region, "nodes": burst_node_names(name, g.max_nodes),
                "instance_types": list(g.instance_types),
                # The name infra/program.py gives the group's BurstPool and launch template.
-               "launch_template": f"{desc.pool.name}-{name}",
+               "launch_template": cloud.burst_name(desc, name),
                "capacity": [c.value for c in g.capacity],
                # The tags the Pulumi program puts on everything of the group.
                "tags": cloud.tags(desc, g.team, **{"burst-group": name})}

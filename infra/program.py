@@ -25,7 +25,8 @@ def declare(desc: Description) -> None:
     storage = StorageTiers(pool, StorageTiersArgs(desc, networks.get(desc.pool.cloud_region)),
                            pulumi.ResourceOptions(
                                providers=[providers[desc.pool.cloud_region]]))
-    bursts = {g: BurstPool(f"{pool}-{g}", BurstPoolArgs(desc, g, networks[b.region], storage),
+    bursts = {g: BurstPool(cloud.burst_name(desc, g),
+                           BurstPoolArgs(desc, g, networks[b.region], storage),
                            pulumi.ResourceOptions(providers=[providers[b.region]]))
               for g, b in desc.burst_groups.items()}
     cluster = ClusterServices(pool, ClusterServicesArgs(desc))
