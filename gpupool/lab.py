@@ -389,6 +389,7 @@ def _base_packages(image: str) -> set[str]:
     """Packages a bare lab host already has (the mirror need not carry them)."""
     path = image_tarball().with_suffix(".packages")
     if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)  # the image may predate this cache
         proc = podman("run", "--rm", "--network", "none", image, "dpkg-query", "-W",
                       "-f=${Package}\n")
         path.write_text(proc.stdout)
