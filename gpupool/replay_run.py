@@ -33,17 +33,20 @@ _POLICY_KEYS = re.compile(r"^(PartitionName|PreemptType|PreemptMode|SchedulerTyp
                           r"PriorityType|PriorityWeight\w*)=")
 
 WORK = r"""#!/bin/bash
-# Replay job: WORK_DS tenths of a second of work, resumable from its progress file.
+# Replay job: WORK_DS tenths of a second of work, counted by the clock (a busy host does
+# not stretch it), resumable from its progress file.
 P={root}/.gpupool/replay/$SLURM_JOB_NAME.progress
 done=$(cat "$P" 2>/dev/null || echo 0)
 trap 'echo $done > "$P"
       scontrol show job $SLURM_JOB_ID | grep -q PreemptTime=None || scontrol requeue $SLURM_JOB_ID
       exit 0' TERM
+last=$(date +%s%N)
 while [ "$done" -lt "$WORK_DS" ]; do
-  sleep 0.1; done=$((done + 1))
-  [ $((done % 10)) -eq 0 ] && echo $done > "$P"
+  sleep 0.1
+  now=$(date +%s%N); step=$(((now - last) / 100000000))
+  done=$((done + step)); last=$((last + step * 100000000))
+  echo $done > "$P"
 done
-echo $done > "$P"
 """
 
 
