@@ -84,11 +84,12 @@ def metrics(runs: list[Run], demands: list[Demand], capacity: int) -> dict[str, 
     ran = {j: sum(e - s for s, e, _ in _segments(rs)) for j, rs in by_job.items()}
     need = {d.job: d.duration for d in demands}
     interruptions = sum(1 for r in runs if r.state in ("REQUEUED", "PREEMPTED"))
-    # Work lost: GPU-seconds run beyond what each completed job needed (redone work).
-    # Accounting has 1 s resolution, so each run may read up to 1 s long: allowed for.
+    # Work lost: GPU-seconds run beyond what each interrupted job needed (redone work).
+    # A job that ran once redid nothing; accounting's 1 s resolution and each run's start
+    # and stop overhead are allowed for (1 s per run).
     gpus = {d.job: d.gpus for d in demands}
     lost = sum(max(0.0, ran[j] - need[j] - len(by_job[j])) * gpus[j]
-               for j in completed if j in need)
+               for j in completed if j in need and len(by_job[j]) > 1)
     starts = [r.start for r in runs if r.start is not None]
     ends = [r.end for r in runs if r.end is not None]
     t0 = min(d.eligible for d in demands) if demands else 0.0
