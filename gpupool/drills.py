@@ -321,7 +321,10 @@ def disaster_recovery(ctx: Context) -> dict[str, Any]:
     name = "drill-disaster-recovery"
     jid = submit(ctx, name, mid, "--gpus=1")
     wait_for("three checkpoints", lambda: checkpoints(ctx, name) >= 3, 90)
-    ctx.slurm.sh(f"scancel {jid}")  # it saves on the signal and stays cancelled
+    # Stop it for good: requeue it held (it saves on the signal), then cancel it pending.
+    ctx.slurm.sh(f"scontrol requeuehold {jid}")
+    wait_for("the job held", lambda: ctx.slurm.state(jid) == "PENDING", 60)
+    ctx.slurm.sh(f"scancel {jid}")
     wait_for("the job gone", lambda: ctx.slurm.state(jid) == "CANCELLED", 60)
     with localaws.endpoint() as endpoint:
         src = lab.lab_dir(ctx.desc) / "storage"
