@@ -120,7 +120,11 @@ def ready(desc: Description) -> SlurmLab:
     """The converged lab's Slurm, ready for jobs: root in every team account, on-prem
     nodes idle."""
     s = SlurmLab(desc)
-    s.sh(f"sacctmgr -i add user root account={','.join(desc.teams)} >/dev/null; true")
+    # "Nothing new added" (exit 1) when root is already there: check the outcome instead.
+    s.sh(f"sacctmgr -i add user root account={','.join(desc.teams)}", check=False)
+    have = set(s.sh("sacctmgr -n -P show assoc user=root format=account").split())
+    if missing := set(desc.teams) - have:
+        raise SlurmLabError(f"root is not in the team accounts {sorted(missing)}")
     wait_for("on-prem nodes idle", lambda: all(
         s.node_states().get(n) == "idle" for n in onprem_nodes(desc)), 90)
     return s

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpupool import burst, loader, slurm
+from gpupool import burst, loader, slurm, slurm_lab
 from gpupool import lab as lab_mod
 from gpupool.facts import controller, rack_places
 from tests.conftest import ROOT
@@ -137,9 +137,7 @@ def cluster(lab: lab_mod.LabState):
     figures["converge_s"] = round(time.monotonic() - start, 1)
     s = Slurm()
     s.figures = figures
-    s.sh(f"sacctmgr -i add user root account={','.join(TEAMS)}")
-    wait_for("on-prem nodes idle", lambda: all(
-        s.node_states().get(n) == "idle" for n in burst.expand_hostlist(ONPREM)), 60)
+    slurm_lab.ready(DESC)  # root in every team account, on-prem nodes idle
     figures["slurm_up_s"] = round(time.monotonic() - start, 1)
     # A job that outlives its limit (1 minute, Slurm's smallest), started now so the
     # minute passes while the other proofs run; CPU-only, so it takes no GPU from them.
