@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import urllib.request
 from collections.abc import Iterator
 
 FIXTURE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "fixture", "AWS_SECRET_ACCESS_KEY": "fixture",
@@ -21,7 +22,8 @@ def free_port() -> int:
 @contextlib.contextmanager
 def endpoint() -> Iterator[str]:
     """A moto server on a free loopback port, stopped on exit; fixture credentials so a
-    real profile is never picked up."""
+    real profile is never picked up. Every moto server in one process shares one backend,
+    so each starts from a reset: no bucket or template left by an earlier user."""
     from moto.server import ThreadedMotoServer  # noqa: PLC0415 - a development dependency
 
     saved = {k: os.environ.get(k) for k in FIXTURE_CREDENTIALS}
@@ -29,8 +31,12 @@ def endpoint() -> Iterator[str]:
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
     server.start()
+    url = f"http://127.0.0.1:{port}"
     try:
-        yield f"http://127.0.0.1:{port}"
+        reset = urllib.request.Request(f"{url}/moto-api/reset", method="POST")  # noqa: S310
+        with urllib.request.urlopen(reset, timeout=30):  # noqa: S310 - loopback moto
+            pass
+        yield url
     finally:
         server.stop()
         for k, v in saved.items():

@@ -9,7 +9,6 @@ else to moto.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -21,21 +20,14 @@ from pathlib import Path
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
-from gpupool import burst, loader, slurm
+from gpupool import burst, loader, localaws, slurm
 
 REGION = "eu-west-1"
 ICE = ("<?xml version='1.0' encoding='UTF-8'?><Response><Errors><Error>"
        "<Code>InsufficientInstanceCapacity</Code><Message>We currently do not have "
        "sufficient {itype} capacity in the Availability Zone you requested.</Message>"
        "</Error></Errors><RequestID>fixture</RequestID></Response>")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(autouse=True)
@@ -49,11 +41,8 @@ def fixture_credentials(monkeypatch):
 
 @pytest.fixture(scope="module")
 def moto_url():
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
+    with localaws.endpoint() as url:
+        yield url
 
 
 class CapacityProxy:

@@ -15,15 +15,15 @@ Timings are recorded in bench/results/slurm_lab.json, never asserted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 import yaml
 
-from gpupool import burst, loader, slurm, slurm_lab
+from gpupool import burst, loader, localaws, slurm, slurm_lab
 from gpupool import lab as lab_mod
 from gpupool.facts import controller, rack_places
 from tests.conftest import ROOT
@@ -41,7 +41,6 @@ TOP, *_, LOW = list(CLASSES)  # interactive ... deferred
 MID = next(c for c in CLASSES if c not in (TOP, LOW))  # training
 GPUS_PER_NODE = next(n.gpus for n in slurm.nodes(DESC))
 RESULTS = ROOT / "bench" / "results" / "slurm_lab.json"
-POLL_S = 0.3
 
 # A deferred job that checkpoints on SIGTERM and, when the signal is a preemption
 # (PreemptTime set), hands itself back to the queue: the contract for preemptible work,
@@ -59,47 +58,23 @@ sleep ${WORK:-3}
 """
 
 
-def wait_for(what: str, probe: Callable[[], Any], timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(POLL_S)
+wait_for = slurm_lab.wait_for
 
 
-class Slurm:
-    """Commands on the lab's controller, as an operator would type them."""
+class Slurm(slurm_lab.SlurmLab):
+    """The lab's Slurm commands (gpupool.slurm_lab) with this module's conventions: each
+    job's length is its WORK, its output kept per job, and the overrunning job is left to
+    meet its time limit."""
 
     def __init__(self) -> None:
+        super().__init__(DESC)
         self.figures: dict[str, Any] = {}
         self.overrun = ""
 
-    def sh(self, cmd: str, node: str = CTL, check: bool = True, timeout: float = 60) -> str:
-        proc = lab_mod.exec_(DESC, node, ["bash", "-c", cmd], timeout=timeout)
-        if check and proc.returncode != 0:
-            raise AssertionError(f"{node}: {cmd}: {proc.returncode} {proc.stderr}{proc.stdout}")
-        return proc.stdout
-
-    def sbatch(self, *args: str, script: str = SHOW_GPUS, work: int = 3) -> str:
-        self.sh(f"cat > /tmp/job.sh <<'EOF'\n{script}EOF")
-        out = self.sh(f"WORK={work} sbatch --parsable --export=ALL,WORK={work} "
-                      f"-o /tmp/slurm-%j.out --open-mode=append {' '.join(args)} /tmp/job.sh")
-        return out.strip().split(";")[0]
-
-    def job(self, jid: str) -> dict[str, str]:
-        out = self.sh(f"scontrol -o show job {jid}")
-        return dict(p.split("=", 1) for p in out.split() if "=" in p)
-
-    def state(self, jid: str) -> str:
-        return self.job(jid)["JobState"]
-
-    def sacct(self, jid: str, fields: str = "State,Start,End,NodeList,Submit") -> list[dict]:
-        names = fields.split(",")
-        out = self.sh(f"sacct -n -P -X -D -j {jid} -o {fields}")
-        return [dict(zip(names, line.split("|"), strict=True)) for line in out.splitlines()]
+    def sbatch(self, *args: str, script: str = SHOW_GPUS, work: int = 3,
+               env: dict[str, str] | None = None) -> str:
+        return super().sbatch("-o /tmp/slurm-%j.out", "--open-mode=append", *args,
+                              script=script, env={"WORK": str(work), **(env or {})})
 
     def output(self, jid: str) -> str:
         """The job's output from every host it ran on (a requeued job may move)."""
@@ -114,10 +89,6 @@ class Slurm:
         if others():
             self.sh(f"scancel {' '.join(others())}; true")
         wait_for("all jobs gone", lambda: not others(), 60)
-
-    def node_states(self) -> dict[str, str]:
-        out = self.sh("sinfo -N -h -o '%N %T'")
-        return dict(line.split() for line in out.splitlines())
 
 
 def playbook(*extra: str, name: str = "slurm.yml") -> Run:
@@ -336,9 +307,7 @@ def test_fairshare_orders_teams_after_usage(cluster):
     cluster.cancel_all()
 
 
-def test_burst_node_resumed_when_full_and_suspended_when_idle(cluster, monkeypatch):
-    from moto.server import ThreadedMotoServer  # noqa: PLC0415 - only this test needs it
-
+def test_burst_node_resumed_when_full_and_suspended_when_idle(cluster):
     relay = "/var/spool/slurm/gpupool-burst-requests"
     cluster.sh(f"rm -f {relay}")
     # The cloud image's slurmd, installed up front on lab-ctl where the "instance" runs.
@@ -346,15 +315,12 @@ def test_burst_node_resumed_when_full_and_suspended_when_idle(cluster, monkeypat
                "install -y -q --no-install-recommends slurmd >/dev/null && systemctl "
                "disable --now slurmd)", timeout=300)
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
     node = CLOUD[0].name
-    try:
-        host, port = server._server.server_address  # the port it bound
+    with contextlib.ExitStack() as stack:
+        stack.callback(cluster.sh, "[ -f /run/slurmd.pid ] && kill $(cat /run/slurmd.pid)",
+                       check=False)
         config = slurm.burst_config(DESC)
-        config["endpoint_url"] = f"http://{host}:{port}"
-        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "fixture")
-        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "fixture")
+        config["endpoint_url"] = stack.enter_context(localaws.endpoint())
         ec2 = burst.client(config, [c.name for c in CLOUD])
         image = ec2.describe_images(MaxResults=5)["Images"][0]["ImageId"]
         for group in config["groups"].values():
@@ -401,9 +367,6 @@ def test_burst_node_resumed_when_full_and_suspended_when_idle(cluster, monkeypat
             "idle~", "idle%"), 120)
         cluster.figures["burst_idle_to_suspended_s"] = round(time.monotonic() - t1, 1)
         assert burst.live_instances(ec2, [node]) == {}
-    finally:
-        server.stop()
-        cluster.sh("[ -f /run/slurmd.pid ] && kill $(cat /run/slurmd.pid)", check=False)
 
 
 def test_drain_and_resume_hooks(cluster):
