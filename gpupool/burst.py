@@ -97,10 +97,21 @@ def live_instances(ec2: Any, nodes: Iterable[str]) -> dict[str, list[dict[str, A
     return out
 
 
+def markets(group: dict[str, Any], node: str) -> list[str]:
+    """The markets to try for node, in order. The group's first on_demand_nodes nodes are
+    its on-demand base and try on-demand first; the others keep the declared order. A
+    market without capacity falls back to the next, as long as the group allows it."""
+    declared = group["capacity"]
+    if group["nodes"].index(node) < group["on_demand_nodes"]:
+        return ["on-demand", *(m for m in declared if m != "on-demand")]
+    return list(declared)
+
+
 def launch(ec2: Any, group: dict[str, Any], node: str) -> Launched:
-    """One instance for node: markets in declared order, then instance types in order."""
+    """One instance for node: markets in order (see markets), then instance types in
+    their declared order."""
     tried = []
-    for market in group["capacity"]:
+    for market in markets(group, node):
         for itype in group["instance_types"]:
             args: dict[str, Any] = {
                 "LaunchTemplate": {"LaunchTemplateName": group["launch_template"],

@@ -28,6 +28,7 @@ from typing import Any
 
 from gpupool import cloud
 from gpupool.facts import (
+    burst_capacity_split,
     burst_gpus_per_node,
     burst_instance_types,
     burst_model,
@@ -35,7 +36,7 @@ from gpupool.facts import (
     gpu_nodes,
     rack_places,
 )
-from gpupool.model import Description, NodeRole
+from gpupool.model import Capacity, Description, NodeRole
 from gpupool.scheduling import ClassPolicy, class_policies, preemption_pairs, team_quotas
 
 # Slurm caps PriorityTier and PriorityJobFactor at this value.
@@ -366,6 +367,8 @@ def burst_config(desc: Description) -> dict[str, Any]:
                # The name infra/program.py gives the group's BurstPool and launch template.
                "launch_template": cloud.burst_name(desc, name),
                "capacity": [c.value for c in g.capacity],
+               # How many of its nodes start on-demand, as its Auto Scaling distribution.
+               "on_demand_nodes": burst_capacity_split(g).get(Capacity.ON_DEMAND.value, 0),
                # The tags the Pulumi program puts on everything of the group.
                "tags": cloud.tags(desc, g.team, **{"burst-group": name})}
         for name, g in desc.burst_groups.items()}}

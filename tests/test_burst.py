@@ -159,6 +159,24 @@ def test_resume_launches_from_the_template_and_registers(config):
                 f"nodehostname={g.node}") in calls
 
 
+def test_the_on_demand_base_starts_on_demand(config):
+    # The example pool's H100 group: one node of base, spot above it (as its ASG says).
+    example = slurm.burst_config(loader.load_stack("example"))["groups"]
+    h100 = next(g for g in example.values() if g["on_demand_nodes"])
+    first, *rest = h100["nodes"]
+    assert burst.markets(h100, first) == ["on-demand", "spot"]
+    assert {tuple(burst.markets(h100, n)) for n in rest} == {("spot", "on-demand")}
+    # On the local EC2: a base of one in the lab group launches its first node on-demand.
+    config["groups"]["l4-burst"]["on_demand_nodes"] = 1
+    ec2 = ec2_of(config)
+    got = burst.resume(ec2, config, ["l4-burst-0", "l4-burst-1"], update=lambda *a: None)
+    assert [(g.node, g.market) for g in got] == [("l4-burst-0", "on-demand"),
+                                                 ("l4-burst-1", "spot")]
+    live = burst.live_instances(ec2, ["l4-burst-0", "l4-burst-1"])
+    assert [live[n][0].get("InstanceLifecycle") for n in ("l4-burst-0", "l4-burst-1")] == [
+        None, "spot"]
+
+
 def test_resume_is_idempotent(config):
     ec2 = ec2_of(config)
     first = burst.resume(ec2, config, ["l4-burst-0"], update=lambda *a: None)
