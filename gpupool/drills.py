@@ -73,21 +73,18 @@ class Context:
 
 
 def job_script(ctx: Context, name: str, steps: int = STEPS) -> str:
-    """The batch script of the reference job: on SIGTERM the job saves and exits, and a
-    preempted job asks to be requeued. (Measured: from the batch script this does not
-    free the GPUs before GraceTime ends; the Slurm proofs' job, trapping inside its job
-    step, frees them in about a second. The drill reports what it sees.)"""
+    """The batch script of the reference job, following the job convention
+    (runbooks/job-convention.md): the trainer runs in a job step whose shell traps SIGTERM,
+    lets the job save, and hands a preempted job back to the queue at once (PreemptTime
+    set), which frees its GPUs without waiting for GraceTime; a cancelled job just ends."""
     ckpt = f"{ctx.root}/{ctx.team}/{name}"
     return f"""#!/bin/bash
 export GPUPOOL_CKPT_DIR={ckpt} GPUPOOL_STEPS={steps} GPUPOOL_CKPT_EVERY={EVERY}
 export GPUPOOL_STEP_SECONDS={STEP_S} GPUPOOL_STORAGE_WAIT_S=60
-python3 -u {ctx.root}/.gpupool/reference_train.py &
-pid=$!
-# Hand a preempted job back at once (PreemptTime set); a cancelled one just ends.
-trap 'kill -TERM $pid; wait $pid
-      scontrol show job $SLURM_JOB_ID | grep -q PreemptTime=None || scontrol requeue $SLURM_JOB_ID
-      exit 0' TERM
-wait $pid
+srun bash -c 'python3 -u {ctx.root}/.gpupool/reference_train.py & pid=$!
+trap "kill -TERM $pid; wait $pid; scontrol show job $SLURM_JOB_ID | grep -q PreemptTime=None \\
+  || scontrol requeue $SLURM_JOB_ID; exit 0" TERM
+wait $pid'
 """
 
 
