@@ -33,10 +33,8 @@ ICE = ("<?xml version='1.0' encoding='UTF-8'?><Response><Errors><Error>"
 @pytest.fixture(autouse=True)
 def fixture_credentials(monkeypatch):
     """moto accepts any credentials; never let a real profile be picked up."""
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(key, "fixture")
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+    for key, value in localaws.FIXTURE_CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
 
 
 @pytest.fixture(scope="module")

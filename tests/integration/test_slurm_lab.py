@@ -71,10 +71,9 @@ class Slurm(slurm_lab.SlurmLab):
         self.figures: dict[str, Any] = {}
         self.overrun = ""
 
-    def sbatch(self, *args: str, script: str = SHOW_GPUS, work: int = 3,
-               env: dict[str, str] | None = None) -> str:
+    def sbatch(self, *args: str, script: str = SHOW_GPUS, work: int = 3) -> str:
         return super().sbatch("-o /tmp/slurm-%j.out", "--open-mode=append", *args,
-                              script=script, env={"WORK": str(work), **(env or {})})
+                              script=script, env={"WORK": str(work)})
 
     def output(self, jid: str) -> str:
         """The job's output from every host it ran on (a requeued job may move)."""
