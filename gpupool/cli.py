@@ -126,16 +126,20 @@ def cmd_inventory(args: argparse.Namespace, desc: Description) -> int:
     return EXIT_OK
 
 
-def _load_command_modules() -> None:
-    """Subcommands beyond the core ones live in gpupool/commands/, one module each."""
+def _load_command_modules(wanted: str | None) -> None:
+    """Subcommands beyond the core ones live in gpupool/commands/, one module each, named
+    as the command. Only the wanted one is imported when it is known, so a host with only
+    the gate's packages (a GPU node running `gpupool gate --local`) needs no Pulumi,
+    Ansible or plotting libraries."""
     import gpupool.commands as pkg  # noqa: PLC0415 - importing registers the commands
 
-    for mod in pkgutil.iter_modules(pkg.__path__):
-        importlib.import_module(f"{pkg.__name__}.{mod.name}")
+    names = [mod.name for mod in pkgutil.iter_modules(pkg.__path__)]
+    for name in [wanted] if wanted in names else names:
+        importlib.import_module(f"{pkg.__name__}.{name}")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    _load_command_modules()
+def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
+    _load_command_modules(wanted)
     parser = argparse.ArgumentParser(prog="gpupool", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_, _, setup) in COMMANDS.items():
@@ -163,14 +167,12 @@ def report_invalid(exc: DescriptionError, as_json: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    wanted = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(wanted).parse_args(argv)
     _, handler, _ = COMMANDS[args.command]
     try:
         desc = load(args)
     except DescriptionError as exc:
         return report_invalid(exc, args.json)
     return handler(args, desc)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -26,7 +26,7 @@ nvidia-smi --query-gpu="$($PY -c 'from gpupool.gate.nvidia import QUERY_FIELDS a
   --format=csv,noheader,nounits > "$OUT/nvidia-smi-query.csv" || true
 
 set +e
-$PY -m gpupool.cli gate "$NODE" --file "$DESC" --local --suite gpu --tier burn-in \
+$PY -m gpupool gate "$NODE" --file "$DESC" --local --suite gpu --tier burn-in \
   "${EXCLUDE[@]}" --out "$OUT/positive"
 positive=$?
 
@@ -41,7 +41,7 @@ for t in d["teams"].values():
     t["quota"] = {m: 0 for m in t["quota"]}
 open(sys.argv[2], "w").write(yaml.safe_dump(d))
 PY
-$PY -m gpupool.cli gate "$NODE" --file "$wrong" --local --suite gpu --tier quick \
+$PY -m gpupool gate "$NODE" --file "$wrong" --local --suite gpu --tier quick \
   "${EXCLUDE[@]}" --out "$OUT/negative"
 negative=$?
 set -e

@@ -33,6 +33,29 @@ def test_parse_query_fixture() -> None:
     assert gpus[2].persistence is False
 
 
+def test_parse_query_recorded_on_h200() -> None:
+    # Recorded on the lent H200 host: retired pages are [N/A] on Hopper (it remaps rows).
+    [gpu] = parse_query((FIXTURES / "nvidia-smi-query-h200.recorded.csv").read_text())
+    assert (gpu.name, gpu.memory_mib, gpu.driver) == ("NVIDIA H200", 143771, "580.159.04")
+    assert gpu.retired_pending is None and gpu.remap_pending is False
+    assert gpu.persistence and gpu.ecc_enabled and gpu.uncorrected_ecc == 0
+    assert (gpu.pcie_gen, gpu.pcie_width, gpu.pcie_width_max) == (5, 16, 16)
+    assert gpu.bad_throttle == [] and gpu.temperature_c == 29
+
+
+def test_gate_command_needs_only_the_gate_packages() -> None:
+    # A GPU node runs `python -m gpupool gate --local` with pydantic, yaml, rich, pytest and
+    # testinfra only: the gate must not pull in the control host's libraries.
+    code = ("import sys; from gpupool import cli; cli.build_parser('gate'); "
+            "heavy = {'pulumi', 'matplotlib', 'boto3', 'ansible', 'jsonschema'} "
+            "& set(sys.modules); "
+            "assert not heavy, heavy; assert 'gate' in cli.COMMANDS")
+    subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-c", code], check=True, cwd=ROOT)
+    help_ = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "gpupool", "--help"],
+                           check=True, cwd=ROOT, capture_output=True, text=True).stdout
+    assert all(c in help_ for c in ("gate", "plan", "audit", "lab", "replay"))
+
+
 def test_parse_query_rejects_wrong_shape() -> None:
     with pytest.raises(ValueError, match="expected 17 fields"):
         parse_query("0, NVIDIA H100\n")
