@@ -478,6 +478,21 @@ def status(desc: Description) -> LabState:
                     str(inv) if inv.exists() else "", str(key_path(desc)))
 
 
+def host_cpu_s(desc: Description, node: str) -> float | None:
+    """CPU seconds a running lab host has used since it started, from its cgroup's own
+    accounting (cgroup v1 cpuacct or v2 cpu.stat); None when it is not running."""
+    info = _inspect(container_name(desc, node))
+    if not info or info["State"]["Status"] != "running":  # type: ignore[index]
+        return None
+    path = str(info["State"]["CgroupPath"]).lstrip("/")  # type: ignore[index]
+    v1 = Path("/sys/fs/cgroup/cpuacct") / path / "cpuacct.usage"
+    if v1.exists():
+        return int(v1.read_text()) / 1e9
+    stat = dict(line.split() for line in (Path("/sys/fs/cgroup") / path / "cpu.stat")
+                .read_text().splitlines())
+    return int(stat["usage_usec"]) / 1e6
+
+
 def _cgroup_leftovers(ids: list[str]) -> list[Path]:
     """cgroup directories (v1 hierarchies and v2) that still carry one of our container ids."""
     found: list[Path] = []

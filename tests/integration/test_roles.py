@@ -252,5 +252,7 @@ def test_cli_status_reports_the_running_lab(site: SiteRuns, lab_desc: Descriptio
     assert main(["lab", "status", "--stack", "lab", "--json"]) == 0
     state = json.loads(capsys.readouterr().out)
     assert state["ready"] and set(state["hosts"]) == set(lab_desc.nodes)
+    # Each host's own CPU time (its cgroup), which the onboarding benchmark splits out.
+    assert all((labmod.host_cpu_s(lab_desc, n) or 0) > 1 for n in lab_desc.nodes)
     assert state["networks"] == {labmod.network_name(lab_desc, s): seg.cidr
                                  for s, seg in lab_desc.network.segments.items()}
