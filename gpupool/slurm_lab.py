@@ -86,6 +86,21 @@ class SlurmLab:
         out = self.sh("sinfo -N -h -o '%N %T'")
         return dict(line.split() for line in out.splitlines())
 
+    def reset_usage(self, accounts: list[str]) -> None:
+        """Forget the accounts' fairshare history (what earlier jobs, drills or replays left),
+        and wait until sshare shows every row of them at zero."""
+        names = ",".join(accounts)
+        self.sh(f"sacctmgr -i modify account name={names} set RawUsage=0")
+        self.sh(f"sacctmgr -i modify user name=root account={names} set RawUsage=0")
+
+        def cleared() -> bool:
+            rows = (line.split("|") for line in
+                    self.sh("sshare -n -P -a -o Account,RawUsage").splitlines())
+            return all(float(usage) == 0 for account, usage in rows
+                       if account.strip() in accounts)
+
+        wait_for("the accounts' usage reset", cleared, 30)
+
     def cancel_all(self) -> None:
         # A job that requeues itself on SIGTERM (the job convention) comes back pending
         # from the first scancel; the next one cancels it for good.

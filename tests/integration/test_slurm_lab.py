@@ -110,12 +110,7 @@ def cluster(lab: lab_mod.LabState):
     slurm_lab.ready(DESC)  # root in every team account, on-prem nodes idle
     # The proofs start from no usage: earlier suites (drills, replays) ran jobs as the
     # teams, and fairshare would order them by that history.
-    s.sh(f"sacctmgr -i modify account name={','.join(TEAMS)} set RawUsage=0")
-    s.sh(f"sacctmgr -i modify user name=root account={','.join(TEAMS)} set RawUsage=0")
-    wait_for("the teams' usage reset", lambda: all(
-        float(usage) == 0 for account, usage in (line.split("|") for line in s.sh(
-            "sshare -n -P -a -o Account,RawUsage").splitlines())
-        if account.strip() in TEAMS), 30)
+    s.reset_usage(TEAMS)
     figures["slurm_up_s"] = round(time.monotonic() - start, 1)
     # A job that outlives its limit (1 minute, Slurm's smallest), started now so the
     # minute passes while the other proofs run; CPU-only, so it takes no GPU from them.
