@@ -19,6 +19,8 @@ from typing import Any
 from gpupool.gate.plugin import COULD_NOT_RUN, FAIL, PASS
 
 SUITES = Path(__file__).resolve().parent / "suites"
+ANSIBLE_CFG = Path(__file__).resolve().parents[2] / "ansible.cfg"
+CONTROL_PATH_DIR = Path.home() / ".ansible" / "cp"  # Ansible's and testinfra's default
 # Bounds on one node's run; past them the node could not be gated.
 TIER_TIMEOUT_S = {"quick": 180, "standard": 900, "burn-in": 3600}
 EXIT = {PASS: 0, FAIL: 1, COULD_NOT_RUN: 3}
@@ -38,6 +40,21 @@ def local_target(node: str) -> Target:
     return Target(node, "local://")
 
 
+def suite_env() -> dict[str, str]:
+    """The environment the suites run in.
+
+    testinfra's ansible backend runs ansible-inventory (the one beside this Python) and
+    takes its SSH settings from ansible.cfg: the project's unless the caller names another,
+    whatever directory the gate is started from, so its checks share Ansible's master
+    connections. It uses them only when their directory exists (Ansible makes it on its
+    first SSH connection), so it is made here for a gate that runs first."""
+    CONTROL_PATH_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+    own = {"ANSIBLE_CONFIG": str(ANSIBLE_CFG)} if ANSIBLE_CFG.exists() else {}
+    return {**own, **os.environ,
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
+                    f"{os.environ.get('PATH', os.defpath)}"}
+
+
 def _could_not_run(node: str, tier: str, why: str) -> dict[str, Any]:
     return {"node": node, "tier": tier, "verdict": COULD_NOT_RUN, "failed": [],
             "action": None, "counts": {}, "checks": [], "duration_s": 0.0, "error": why}
@@ -55,11 +72,8 @@ def gate_node(description: Path, target: Target, tier: str, out_dir: Path, *,
         "-c", str(SUITES / "pytest.ini"), *(f"--gate-suite={s}" for s in suites),
         *(f"--gate-exclude={e}" for e in exclude),
     ]
-    # testinfra's ansible backend runs ansible-inventory: the one beside this Python.
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
-                                 f"{os.environ.get('PATH', os.defpath)}"}
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env,
+        proc = subprocess.run(argv, capture_output=True, text=True, env=suite_env(),
                               timeout=TIER_TIMEOUT_S[tier], check=False)
     except subprocess.TimeoutExpired:
         return _could_not_run(target.node, tier, f"timed out after {TIER_TIMEOUT_S[tier]} s")

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpupool import loader
+from gpupool import inventory, loader
+from gpupool.gate import runner
 from gpupool.gate.actions import Action, worst, xid_action
 from gpupool.gate.expect import node_expect
 from gpupool.gate.nvidia import parse_dcgm_diag, parse_nvlink_status, parse_query, parse_xids
@@ -54,6 +55,25 @@ def test_gate_command_needs_only_the_gate_packages() -> None:
     help_ = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "gpupool", "--help"],
                            check=True, cwd=ROOT, capture_output=True, text=True).stdout
     assert all(c in help_ for c in ("gate", "plan", "audit", "lab", "replay"))
+
+
+def test_gate_checks_share_ansibles_ssh_connections(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each check is one SSH command: without a shared ControlPath each paid a handshake.
+    from testinfra.utils.ansible_runner import AnsibleRunner  # noqa: PLC0415
+
+    desc = loader.load_stack("lab", ROOT)
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(yaml.safe_dump(inventory.build(desc, {"ansible_user": "root"})))
+    monkeypatch.chdir(tmp_path)  # not the repository: the gate names its ansible.cfg itself
+    for key in ("ANSIBLE_CONFIG", "PATH"):
+        monkeypatch.setenv(key, runner.suite_env()[key])
+    host = AnsibleRunner(str(inv)).get_host("lab-gpu1")
+    cmd, args = host.backend._build_ssh_command("true")
+    line = " ".join(cmd) % tuple(args)
+    assert f"ControlPath={runner.CONTROL_PATH_DIR}/%C" in line, line
+    address = desc.nodes["lab-gpu1"].addresses["management"]
+    assert "ControlMaster=auto" in line and line.endswith(f"{address} true")
 
 
 def test_parse_query_rejects_wrong_shape() -> None:
