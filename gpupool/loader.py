@@ -18,6 +18,8 @@ from gpupool.errors import DescriptionError, Problem
 from gpupool.model import DURATION_RE, NAME_RE, USER_RE, VERSION_RE, Description
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# The Ansible settings every playbook run and the gate's testinfra use.
+ANSIBLE_CONFIG = PROJECT_ROOT / "ansible.cfg"
 CONFIG_KEY = "gpupool:description"
 
 # Pattern -> (rule id, what the pattern means), so errors explain rather than quote regexes.

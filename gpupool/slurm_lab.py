@@ -17,7 +17,7 @@ from typing import Any
 
 from gpupool import lab, slurm
 from gpupool.facts import controller
-from gpupool.loader import PROJECT_ROOT
+from gpupool.loader import ANSIBLE_CONFIG, PROJECT_ROOT
 from gpupool.model import Description
 
 PLAYBOOK_TIMEOUT_S = 1200
@@ -34,7 +34,7 @@ wait_for = lab.wait_for  # one bounded poll for every lab user
 def playbook(desc: Description, name: str, *extra: str) -> subprocess.CompletedProcess[str]:
     """Run one of the project's playbooks against the lab (its inventory carries every
     variable the roles need, the Slurm policy included)."""
-    env = {**os.environ, "ANSIBLE_CONFIG": str(PROJECT_ROOT / "ansible.cfg"),
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE_CONFIG),
            "ANSIBLE_ROLES_PATH": str(PROJECT_ROOT / "roles")}
     return subprocess.run(
         [str(PROJECT_ROOT / ".venv" / "bin" / "ansible-playbook"), "-i",

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.gate.plugin import COULD_NOT_RUN, FAIL, PASS
+from gpupool.loader import ANSIBLE_CONFIG
 
 SUITES = Path(__file__).resolve().parent / "suites"
-ANSIBLE_CFG = Path(__file__).resolve().parents[2] / "ansible.cfg"
 CONTROL_PATH_DIR = Path.home() / ".ansible" / "cp"  # Ansible's and testinfra's default
 # Bounds on one node's run; past them the node could not be gated.
 TIER_TIMEOUT_S = {"quick": 180, "standard": 900, "burn-in": 3600}
@@ -49,7 +49,7 @@ def suite_env() -> dict[str, str]:
     connections. It uses them only when their directory exists (Ansible makes it on its
     first SSH connection), so it is made here for a gate that runs first."""
     CONTROL_PATH_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
-    own = {"ANSIBLE_CONFIG": str(ANSIBLE_CFG)} if ANSIBLE_CFG.exists() else {}
+    own = {"ANSIBLE_CONFIG": str(ANSIBLE_CONFIG)} if ANSIBLE_CONFIG.exists() else {}
     return {**own, **os.environ,
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
                     f"{os.environ.get('PATH', os.defpath)}"}

@@ -20,6 +20,7 @@ import pytest
 
 from gpupool import lab as labmod
 from gpupool import slurm_lab
+from gpupool.loader import ANSIBLE_CONFIG
 from gpupool.model import Description
 from tests.conftest import ROOT, lab_description
 
@@ -39,7 +40,7 @@ class Run:
 
 def ansible_playbook(inventory: Path, playbook: str, *args: str, timeout: float = 900) -> Run:
     """Run a playbook from the repository root; returns its exit code, output and recap."""
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE_CONFIG), "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_FORCE_COLOR": "0"}
     proc = subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", str(inventory), playbook, *args],
                           cwd=ROOT, capture_output=True, text=True, env=env, timeout=timeout,
