@@ -11,8 +11,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpupool import lab, loader, slurm_lab
 from gpupool.gate import runner
+from gpupool.lab import hosts, slurm_cluster
+from gpupool.spec import loader
 
 RESULTS = Path(__file__).parent / "results" / "gate.json"
 
@@ -21,9 +22,9 @@ def main() -> None:
     desc = loader.load_stack("lab")
     assert desc.source is not None
     figures: dict[str, object] = {}
-    with lab.lab_lock():
-        slurm_lab.bring_up(desc, site=True)
-        inv = lab.inventory_path(desc)
+    with hosts.lab_lock():
+        slurm_cluster.bring_up(desc, site=True)
+        inv = hosts.inventory_path(desc)
         nodes = list(desc.nodes)
         with tempfile.TemporaryDirectory() as tmp:
             for tier in ("quick", "standard"):

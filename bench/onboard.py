@@ -35,8 +35,9 @@ from typing import Any
 
 import yaml
 
-from gpupool import lab, loader
-from gpupool.model import Description
+from gpupool.lab import hosts as lab_hosts
+from gpupool.spec import loader
+from gpupool.spec.model import Description
 from tests.integration.conftest import ansible_playbook
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,7 +94,7 @@ class Sample:
 def timed(desc: Description, fn: Any, *args: Any) -> tuple[Any, Sample]:
     """fn(*args) and what it cost: wall-clock, the machine's and each running host's CPU."""
     def hosts() -> dict[str, float]:
-        return {n: c for n in desc.nodes if (c := lab.host_cpu_s(desc, n)) is not None}
+        return {n: c for n in desc.nodes if (c := lab_hosts.host_cpu_s(desc, n)) is not None}
 
     t, c, h = time.monotonic(), cpu_busy_s(), hosts()
     out = fn(*args)
@@ -113,14 +114,14 @@ def run(sizes: list[int]) -> dict[str, Any]:
                                        "onboarded", "runs": [],
                                "machine": {"cpus": os.cpu_count(),
                                            "python": platform.python_version()}}
-    with lab.lab_lock():
-        lab.down(desc)
+    with lab_hosts.lab_lock():
+        lab_hosts.down(desc)
         for n in sizes:
             hosts = gpu[1:n + 1]
             t0 = time.monotonic()
-            lab.up(desc, nodes=pool + hosts)
+            lab_hosts.up(desc, nodes=pool + hosts)
             up_s = time.monotonic() - t0
-            inv = lab.inventory_path(desc)
+            inv = lab_hosts.inventory_path(desc)
             ready = ansible_playbook(inv, "playbooks/site.yml", "--limit", ",".join(pool))
             if ready.rc != 0:
                 raise SystemExit(f"the pool did not converge:\n{ready.output[-3000:]}")
@@ -137,7 +138,7 @@ def run(sizes: list[int]) -> dict[str, Any]:
             if first.rc != 0:
                 print(first.output[-3000:])
             results["runs"].append(row)
-            lab.down(desc)
+            lab_hosts.down(desc)
     by = {r["hosts"]: r for r in results["runs"]}
     if 1 in by and (top := max(sizes)) in by:
         one, many, cores = by[1], by[top], os.cpu_count() or 1

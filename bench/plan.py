@@ -20,9 +20,10 @@ from typing import Any
 import yaml
 
 import bench
-from gpupool import loader, plan
-from gpupool.facts import gpu_capacity
-from gpupool.model import Description
+from gpupool.preview import plan
+from gpupool.spec import loader
+from gpupool.spec.facts import gpu_capacity
+from gpupool.spec.model import Description
 
 SIZES = (10, 100, 1000)
 RACK_SIZE = 16

@@ -5,17 +5,15 @@ Figures: bench/results/replay.json (written by `gpupool replay`)."""
 from __future__ import annotations
 
 from gpupool import cli
-from gpupool.loader import PROJECT_ROOT
+from gpupool.paths import DATA
 
-ALIBABA = (PROJECT_ROOT.parent / "shared" / "data" / "traces" / "alibaba-gpu-2023" /
-           "openb_pod_list_default.csv")
+ALIBABA = DATA / "traces" / "alibaba-gpu-2023" / "openb_pod_list_default.csv"
 
 
 def main() -> None:
     cli.main(["replay", "--stack", "lab", "--jobs", "80", "--horizon", "150", "--load", "1.6"])
-    if ALIBABA.exists():
-        cli.main(["replay", "--stack", "lab", "--alibaba", str(ALIBABA), "--jobs", "60",
-                  "--horizon", "150"])
+    cli.main(["replay", "--stack", "lab", "--alibaba", str(ALIBABA), "--jobs", "60",
+              "--horizon", "150"])
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from gpupool import cloud
-from gpupool.model import Capacity, Description
+from gpupool.render import cloud
+from gpupool.spec.model import Capacity, Description
 from infra.components import Component
 from infra.network import NetworkSegments
 from infra.storage import StorageTiers

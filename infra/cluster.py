@@ -1,4 +1,4 @@
-"""ClusterServices: the Kubernetes and Kueue objects of gpupool.k8s_objects, declared."""
+"""ClusterServices: the Kubernetes and Kueue objects of gpupool.render.k8s_objects, declared."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from gpupool.k8s_objects import KUEUE_API, Manifest, manifests, object_key
-from gpupool.model import Description
+from gpupool.render.k8s_objects import KUEUE_API, Manifest, manifests, object_key
+from gpupool.spec.model import Description
 from infra.components import Component
 
 

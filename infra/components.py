@@ -6,7 +6,7 @@ from typing import Any
 
 import pulumi
 
-from gpupool.model import Description
+from gpupool.spec.model import Description
 
 TYPE_PREFIX = "gpupool:infra"
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from gpupool import cloud
-from gpupool.model import Description
+from gpupool.render import cloud
+from gpupool.spec.model import Description
 from infra.components import Component
 
 # CloudWatch Logs accepts only these retention periods (days).

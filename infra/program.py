@@ -5,8 +5,10 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from gpupool import cloud, loader
-from gpupool.model import Description
+from gpupool.paths import PROJECT_ROOT
+from gpupool.render import cloud
+from gpupool.spec import loader
+from gpupool.spec.model import Description
 from infra.burst import BurstPool, BurstPoolArgs
 from infra.cluster import ClusterServices, ClusterServicesArgs
 from infra.network import NetworkSegments, NetworkSegmentsArgs
@@ -49,4 +51,4 @@ def declare(desc: Description) -> None:
 def main() -> None:
     """What the Pulumi CLI runs: the stack config names the description."""
     path = pulumi.Config("gpupool").require("description")
-    declare(loader.load_file(loader.PROJECT_ROOT / path))
+    declare(loader.load_file(PROJECT_ROOT / path))

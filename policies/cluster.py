@@ -6,10 +6,10 @@ import re
 from collections import defaultdict
 from collections.abc import Iterator
 
-from gpupool.cloud import LABEL_PREFIX, TAG_TEAM
-from gpupool.facts import gpu_capacity
-from gpupool.k8s_objects import GPU_RESOURCE, LABEL_CAPACITY, LABEL_MODEL
-from gpupool.model import VERSION_RE, Description
+from gpupool.render.cloud import LABEL_PREFIX, TAG_TEAM
+from gpupool.render.k8s_objects import GPU_RESOURCE, LABEL_CAPACITY, LABEL_MODEL
+from gpupool.spec.facts import gpu_capacity
+from gpupool.spec.model import VERSION_RE, Description
 from policies.core import Level, Res, Stack, stack_policy
 from policies.types import (
     K8S_LIMITS,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-from gpupool import cloud
-from gpupool.model import Description, Purpose
+from gpupool.render import cloud
+from gpupool.spec.model import Description, Purpose
 from policies.core import Level, Res, Stack, by_tag, resource_policy, stack_policy, tags_of
 from policies.types import (
     AWS_ASG,

@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from gpupool.model import Description
-
-GROUPS = ("storage", "network", "compute", "cluster", "hygiene", "stack")
+from gpupool.spec.model import Description
 
 
 class Level(StrEnum):
@@ -58,30 +56,25 @@ class Policy:
     stack: StackCheck | None = None
 
 
-POLICIES: dict[str, Policy] = {}
-
-
 def resource_policy(name: str, group: str, level: Level, description: str,
-                    types: tuple[str, ...] = ()) -> Callable[[ResourceCheck], ResourceCheck]:
-    """Register a per-resource check; with types, it only sees resources of those types."""
-    def register(fn: ResourceCheck) -> ResourceCheck:
+                    types: tuple[str, ...] = ()) -> Callable[[ResourceCheck], Policy]:
+    """Declare a per-resource check; with types, it only sees resources of those types."""
+    def declare(fn: ResourceCheck) -> Policy:
         def check(r: Res, desc: Description) -> Iterable[str]:
             return fn(r, desc) if not types or r.type in types else ()
 
-        POLICIES[name] = Policy(name, group, level, description, resource=check)
-        return fn
+        return Policy(name, group, level, description, resource=check)
 
-    return register
+    return declare
 
 
 def stack_policy(name: str, group: str, level: Level, description: str
-                 ) -> Callable[[StackCheck], StackCheck]:
-    """Register a whole-stack check."""
-    def register(fn: StackCheck) -> StackCheck:
-        POLICIES[name] = Policy(name, group, level, description, stack=fn)
-        return fn
+                 ) -> Callable[[StackCheck], Policy]:
+    """Declare a whole-stack check."""
+    def declare(fn: StackCheck) -> Policy:
+        return Policy(name, group, level, description, stack=fn)
 
-    return register
+    return declare
 
 
 @dataclass(frozen=True, order=True)
@@ -98,33 +91,6 @@ class Violation:
 
 
 STACK = "stack"
-
-
-def evaluate(stack: Stack, desc: Description) -> list[Violation]:
-    """Every violation of every registered policy, sorted by resource."""
-    load_all()
-    found: list[Violation] = []
-    for p in POLICIES.values():
-        if p.resource is not None:
-            for r in stack.resources:
-                found += [Violation(r.urn, p.name, p.level.value, p.group, m)
-                          for m in p.resource(r, desc)]
-        if p.stack is not None:
-            found += [Violation(urn or STACK, p.name, p.level.value, p.group, m)
-                      for urn, m in p.stack(stack, desc)]
-    return sorted(found)
-
-
-def load_all() -> None:
-    """Import the policy modules; importing registers their policies."""
-    from policies import (  # noqa: F401, PLC0415 - registration by import
-        cluster,
-        compute,
-        hygiene,
-        network,
-        stack,
-        storage,
-    )
 
 
 # --- helpers for reading engine inputs ------------------------------------------------

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from gpupool import cloud
-from gpupool.model import Description
+from gpupool.render import cloud
+from gpupool.spec.model import Description
 from policies.core import Level, Res, Stack, resource_policy, stack_policy, tags_of
 
 SECRET_KEY = re.compile(r"(pass(word|wd)?|secret|token|api[-_]?key|private[-_]?key|"

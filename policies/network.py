@@ -6,8 +6,8 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterator
 
-from gpupool import cloud
-from gpupool.model import Description
+from gpupool.render import cloud
+from gpupool.spec.model import Description
 from policies.core import Level, Res, resource_policy, tags_of
 from policies.types import (
     AWS_EGRESS,

@@ -7,13 +7,15 @@ from typing import Any
 
 import yaml
 
-from gpupool import loader
-from gpupool.model import Description
-from gpupool.pulumi_mock import Run
-from policies.core import Res, Stack, Violation, evaluate
+from gpupool.paths import PROJECT_ROOT
+from gpupool.preview.pulumi_mock import Run
+from gpupool.spec import loader
+from gpupool.spec.model import Description
+from policies.catalog import evaluate
+from policies.core import Res, Stack, Violation
 
 
-def stack_config(stack: str, root: Path = loader.PROJECT_ROOT) -> dict[str, tuple[Any, bool]]:
+def stack_config(stack: str, root: Path = PROJECT_ROOT) -> dict[str, tuple[Any, bool]]:
     """A stack's config from Pulumi.<stack>.yaml: key -> (value, is a Pulumi secret)."""
     path = loader.stack_config_path(stack, root)
     if not path.is_file():

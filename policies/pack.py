@@ -25,9 +25,11 @@ from pulumi_policy import (
     Policy as CrossGuardPolicy,
 )
 
-from gpupool import loader
-from gpupool.model import Description
-from policies.core import POLICIES, Level, Policy, Res, Stack, load_all
+from gpupool.paths import PROJECT_ROOT
+from gpupool.spec import loader
+from gpupool.spec.model import Description
+from policies.catalog import POLICIES
+from policies.core import Level, Policy, Res, Stack
 from policies.offline import stack_config
 
 LEVELS = {Level.MANDATORY: EnforcementLevel.MANDATORY, Level.ADVISORY: EnforcementLevel.ADVISORY}
@@ -37,7 +39,7 @@ LEVELS = {Level.MANDATORY: EnforcementLevel.MANDATORY, Level.ADVISORY: Enforceme
 def description() -> Description:
     path = pulumi.runtime.get_config_env().get("gpupool:description")
     if path:
-        return loader.load_file(loader.PROJECT_ROOT / path)
+        return loader.load_file(PROJECT_ROOT / path)
     stack = os.environ.get("PULUMI_STACK")
     if stack:
         return loader.load_stack(stack)
@@ -80,5 +82,4 @@ def crossguard(p: Policy) -> CrossGuardPolicy:
 
 
 def crossguard_policies() -> list[CrossGuardPolicy]:
-    load_all()
     return [crossguard(p) for p in POLICIES.values()]

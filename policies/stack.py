@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gpupool.model import Description
-from gpupool.scheduling import class_policies
+from gpupool.render.scheduling import class_policies
+from gpupool.spec.model import Description
 from policies.core import Level, Stack, by_tag, stack_policy
 from policies.types import (
     AWS_ASG,

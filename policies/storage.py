@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gpupool import cloud
-from gpupool.model import Description, Purpose
+from gpupool.render import cloud
+from gpupool.spec.model import Description, Purpose
 from policies.core import Level, Res, Stack, resource_policy, stack_policy
 from policies.types import (
     AWS_BUCKET,

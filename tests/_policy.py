@@ -8,10 +8,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from gpupool import loader
-from gpupool.model import Description
+from gpupool.spec import loader
+from gpupool.spec.model import Description
 from policies import offline
-from policies.core import Res, Stack, Violation, evaluate
+from policies.catalog import evaluate
+from policies.core import Res, Stack, Violation
 from tests._pulumi import declared
 from tests.conftest import ROOT
 

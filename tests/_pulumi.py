@@ -1,6 +1,6 @@
 """Runs of the Pulumi program under mocks, shared by the infra and policy tests.
 
-The mocks (gpupool.pulumi_mock) stand in for the Pulumi engine and cloud APIs, which
+The mocks (gpupool.preview.pulumi_mock) stand in for the Pulumi engine and cloud APIs, which
 cannot run here; they echo inputs and invent ids, so tests assert on inputs only.
 """
 
@@ -10,8 +10,9 @@ import functools
 import json
 from typing import Any
 
-from gpupool import loader, plan
-from gpupool.pulumi_mock import Declared, Run
+from gpupool.preview import plan
+from gpupool.preview.pulumi_mock import Declared, Run
+from gpupool.spec import loader
 from tests.conftest import ROOT, mutate, raw_stack
 
 

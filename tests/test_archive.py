@@ -11,8 +11,11 @@ from pathlib import Path
 import boto3
 import pytest
 
-from gpupool import archive, cloud, loader, localaws
-from gpupool.jobs import reference_train
+from gpupool.exercise import archive
+from gpupool.lab import localaws
+from gpupool.onhost import reference_train
+from gpupool.render import cloud
+from gpupool.spec import loader
 from tests.conftest import ROOT
 
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from gpupool import audit, cli
-from tests.conftest import ROOT
+from gpupool import cli
+from gpupool.paths import DATA
+from gpupool.workload import audit
 
-TRACE = ROOT.parent / "shared" / "data" / "traces" / "alibaba-gpu-2023" / \
-    "openb_pod_list_default.csv"
+TRACE = DATA / "traces" / "alibaba-gpu-2023" / "openb_pod_list_default.csv"
 
 SACCT = """\
 101|vision|training|billing=8,cpu=8,gres/gpu=8,gres/gpu:l4=8,node=2|2026-11-01T10:00:00|2026-11-01T10:00:05|2026-11-01T12:00:05|COMPLETED
@@ -57,7 +57,6 @@ def test_audit_groups_and_recommendation() -> None:
     assert sum(report["recommended_quota"].values()) == 7
 
 
-@pytest.mark.skipif(not TRACE.exists(), reason=f"trace missing at {TRACE}")
 def test_audit_on_the_alibaba_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc = cli.main(["audit", "--alibaba", str(TRACE), "--out", str(tmp_path), "--json"])
     assert rc == cli.EXIT_OK

@@ -21,7 +21,10 @@ from pathlib import Path
 import boto3
 import pytest
 
-from gpupool import burst, loader, localaws, slurm
+from gpupool.lab import localaws
+from gpupool.onhost import burst
+from gpupool.render import slurm
+from gpupool.spec import loader
 
 REGION = "eu-west-1"
 ICE = ("<?xml version='1.0' encoding='UTF-8'?><Response><Errors><Error>"

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
-from gpupool import cli, loader
-from gpupool.errors import DescriptionError
-from gpupool.facts import gpu_capacity
+from gpupool import cli
+from gpupool.spec import loader
+from gpupool.spec.errors import DescriptionError
+from gpupool.spec.facts import gpu_capacity
 from tests.conftest import ROOT, mutate, raw_stack
 
 CASES = yaml.safe_load((Path(__file__).parent / "corpus" / "malformed.yaml").read_text())

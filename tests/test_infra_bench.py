@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bench import plan as bench_plan
-from gpupool.facts import gpu_nodes
+from gpupool.spec.facts import gpu_nodes
 
 
 def test_synthetic_pools_are_valid_and_sized() -> None:

@@ -1,5 +1,5 @@
 """Every Kubernetes object validates strictly against the pinned Kubernetes version and
-every Kueue object against the Kueue v0.19.2 CRDs in ../shared/schemas."""
+every Kueue object against the Kueue v0.19.2 CRDs vendored in gpupool/data/schemas."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ import copy
 
 import pytest
 
-from gpupool import k8s_schema, loader
-from gpupool.k8s_objects import KUEUE_API, manifests
+from gpupool.preview import k8s_schema
+from gpupool.render.k8s_objects import KUEUE_API, manifests
+from gpupool.spec import loader
 from tests.conftest import ROOT
 
-SCHEMAS = ROOT.parent / "shared" / "schemas"
+SCHEMAS = ROOT / "gpupool" / "data" / "schemas"
 
 
 def test_schemas_are_where_ci_finds_them() -> None:

@@ -1,5 +1,5 @@
 """`gpupool plan`: the preview-like tree, the stable JSON, and the reviewed golden plan of
-the example stack (mocks fixture: gpupool.pulumi_mock stands in for the engine)."""
+the example stack (mocks fixture: gpupool.preview.pulumi_mock stands in for the engine)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gpupool import cli, loader, plan
+from gpupool import cli
+from gpupool.preview import plan
+from gpupool.spec import loader
 from tests._pulumi import declared
 from tests.conftest import ROOT
 

@@ -1,5 +1,5 @@
 """The Pulumi program's inputs, checked against the description (mocks fixture: the
-Pulumi engine and cloud APIs are replaced by gpupool.pulumi_mock, which echoes inputs)."""
+Pulumi engine and cloud APIs are replaced by gpupool.preview.pulumi_mock, which echoes inputs)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ from collections import defaultdict
 import pytest
 import yaml
 
-from gpupool import cloud, loader, pulumi_mock
-from gpupool.catalog import INSTANCE_TYPES
-from gpupool.facts import gpu_capacity
-from gpupool.k8s_objects import GPU_RESOURCE, kueue_preemption_pairs, manifests, object_key
-from gpupool.model import Capacity
-from gpupool.scheduling import class_policies, preemption_pairs, team_quotas
+from gpupool.preview import pulumi_mock
+from gpupool.render import cloud
+from gpupool.render.k8s_objects import GPU_RESOURCE, kueue_preemption_pairs, manifests, object_key
+from gpupool.render.scheduling import class_policies, preemption_pairs, team_quotas
+from gpupool.spec import loader
+from gpupool.spec.catalog import INSTANCE_TYPES
+from gpupool.spec.facts import gpu_capacity
+from gpupool.spec.model import Capacity
 from tests._pulumi import declared, declared_mutated, of_type, one
 from tests.conftest import ROOT
 
@@ -229,7 +231,7 @@ def test_lifecycle_follows_retention(stack: str) -> None:
 
 def test_lifecycle_storage_class_rules() -> None:
     # S3 refuses STANDARD_IA before day 30; deep archive only pays off for 180+ days.
-    from gpupool.model import Temperature  # noqa: PLC0415
+    from gpupool.spec.model import Temperature  # noqa: PLC0415
 
     assert cloud.storage_class(Temperature.WARM, 14, 90) == "INTELLIGENT_TIERING"
     assert cloud.storage_class(Temperature.WARM, 30, 90) == "STANDARD_IA"

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpupool import cli, loader
+from gpupool import cli
+from gpupool.spec import loader
 from tests.conftest import ROOT
 
 VENV_BIN = Path(ROOT / ".venv" / "bin")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from gpupool import lab, labmirror, loader
-from gpupool.model import Description
+from gpupool.lab import hosts, mirror
+from gpupool.spec import loader
+from gpupool.spec.model import Description
 
 
 def _desc() -> Description:
@@ -12,21 +13,21 @@ def _desc() -> Description:
 
 def test_resource_names_derive_from_pool_and_description() -> None:
     desc = _desc()
-    assert lab.container_name(desc, "lab-gpu1") == "gpupool-lab-lab-gpu1"
-    assert {lab.network_name(desc, s) for s in desc.network.segments} == {
+    assert hosts.container_name(desc, "lab-gpu1") == "gpupool-lab-lab-gpu1"
+    assert {hosts.network_name(desc, s) for s in desc.network.segments} == {
         f"gpupool-lab-{s}" for s in ("training", "storage", "management")}
-    assert lab.inventory_path(desc).parts[-3:] == (".lab", "lab", "inventory.yml")
+    assert hosts.inventory_path(desc).parts[-3:] == (".lab", "lab", "inventory.yml")
 
 
 def test_image_is_keyed_by_its_recipe(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    before = lab.image_hash()
-    monkeypatch.setattr(lab, "IMAGE_PACKAGES", (*lab.IMAGE_PACKAGES, "vim"))
-    assert lab.image_hash() != before
-    assert lab.image_ref().endswith(lab.image_hash())
+    before = hosts.image_hash()
+    monkeypatch.setattr(hosts, "IMAGE_PACKAGES", (*hosts.IMAGE_PACKAGES, "vim"))
+    assert hosts.image_hash() != before
+    assert hosts.image_ref().endswith(hosts.image_hash())
 
 
 def test_driver_packages_come_from_the_role() -> None:
-    pkgs = labmirror.driver_packages()
+    pkgs = mirror.driver_packages()
     assert "nvidia-smi" in pkgs and "nvidia-persistenced" in pkgs
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import boto3
 
-from gpupool import localaws
+from gpupool.lab import localaws
 
 
 def test_each_endpoint_starts_empty() -> None:

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from gpupool import cloud, loader
+from gpupool.render import cloud
+from gpupool.spec import loader
 from policies import offline
-from policies.core import GROUPS, POLICIES, Level, Stack, load_all
+from policies.catalog import GROUPS, POLICIES
+from policies.core import Level, Stack
 from tests._policy import drop, edit, messages, recorded, violations
 from tests._pulumi import declared_mutated
 from tests.conftest import ROOT
-
-load_all()
 
 
 @pytest.mark.parametrize("stack", ["lab", "example"])

@@ -13,7 +13,8 @@ from pulumi_policy import (
 )
 
 from policies import pack
-from policies.core import POLICIES, STACK, Level, Stack
+from policies.catalog import POLICIES
+from policies.core import STACK, Level, Stack
 from tests._policy import recorded, violations
 from tests.conftest import ROOT
 from tests.test_policy_unsafe import _unsafe_program_inputs

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpupool import cli, loader
+from gpupool import cli
+from gpupool.spec import loader
 from policies.core import Level, Stack
 from tests._policy import drop, edit, recorded, violations
 from tests.conftest import ROOT, mutate, raw_stack
@@ -99,7 +100,7 @@ def test_cli_policy_passes_shipped_stacks(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_cli_report_groups_violations_by_resource(capsys: pytest.CaptureFixture[str]) -> None:
-    from gpupool.commands.policy import report  # noqa: PLC0415 - registers the command
+    from gpupool.cli.commands.policy import report  # noqa: PLC0415 - registers the command
 
     found = violations(_unsafe_program_inputs(), "lab")
     report(found)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.jobs import reference_train
+from gpupool.onhost import reference_train
 
 SCRIPT = Path(reference_train.__file__)
 WAIT_S = 30

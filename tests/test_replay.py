@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpupool import loader, replay, replay_run, trace
-from gpupool.slurm_lab import SlurmLabError
+from gpupool.exercise import replay_run
+from gpupool.lab.slurm_cluster import SlurmLabError
+from gpupool.spec import loader
+from gpupool.workload import replay, trace
 from tests.conftest import ROOT
 
 

@@ -7,7 +7,8 @@ from collections import defaultdict
 
 import pytest
 
-from gpupool import k8s_objects, loader, slurm
+from gpupool.render import k8s_objects, slurm
+from gpupool.spec import loader
 
 STACKS = ["lab", "example"]
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from gpupool import loader, slurm
-from gpupool.facts import gpu_nodes, rack_places
-from gpupool.model import duration_seconds
-from gpupool.scheduling import class_policies, preemption_pairs, team_quotas
+from gpupool.render import slurm
+from gpupool.render.scheduling import class_policies, preemption_pairs, team_quotas
+from gpupool.spec import loader
+from gpupool.spec.facts import gpu_nodes, rack_places
+from gpupool.spec.model import duration_seconds
 from tests.conftest import mutate, raw_stack
 
 STACKS = ["lab", "example"]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpupool import trace
+from gpupool.workload import trace
 from tests.test_audit import TRACE
 
 
@@ -33,7 +33,6 @@ def test_read_rejects_a_foreign_header(tmp_path: Path) -> None:
         trace.read(path)
 
 
-@pytest.mark.skipif(not TRACE.exists(), reason=f"trace missing at {TRACE}")
 def test_alibaba_sample_fits_the_pool() -> None:
     jobs = trace.sample_alibaba(TRACE, ["vision", "nlp"], jobs=150, horizon_s=300, max_gpus=4)
     assert len(jobs) == 150

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpupool.catalog import GPU_MODELS
-from gpupool.facts import node_class, rack_places
-from gpupool.flows import allowed, probe_ports
-from gpupool.model import Description, Interconnect, NodeRole
+from gpupool.render.flows import allowed, probe_ports
+from gpupool.spec.catalog import GPU_MODELS
+from gpupool.spec.facts import node_class, rack_places
+from gpupool.spec.model import Description, Interconnect, NodeRole
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from gpupool import loader
 from gpupool.gate.actions import Action, worst
 from gpupool.gate.expect import NodeExpect, node_expect
+from gpupool.spec import loader
 
 TIERS = ("quick", "standard", "burn-in")
 PASS, FAIL, COULD_NOT_RUN = "pass", "fail", "could-not-run"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.gate.plugin import COULD_NOT_RUN, FAIL, PASS
-from gpupool.loader import ANSIBLE_CONFIG
+from gpupool.paths import ANSIBLE_CONFIG
 
 SUITES = Path(__file__).resolve().parent / "suites"
 CONTROL_PATH_DIR = Path.home() / ".ansible" / "cp"  # Ansible's and testinfra's default

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpupool import inventory, loader
 from gpupool.gate import runner
 from gpupool.gate.actions import Action, worst, xid_action
 from gpupool.gate.expect import node_expect
 from gpupool.gate.nvidia import parse_dcgm_diag, parse_nvlink_status, parse_query, parse_xids
 from gpupool.gate.plugin import verdict
+from gpupool.render import inventory
+from gpupool.spec import loader
 from tests.conftest import ROOT, mutate, raw_stack
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from gpupool import lab as labmod
-from gpupool import slurm_lab
-from gpupool.loader import ANSIBLE_CONFIG
-from gpupool.model import Description
+from gpupool.lab import hosts as labmod
+from gpupool.lab import slurm_cluster
+from gpupool.paths import ANSIBLE_CONFIG
+from gpupool.spec.model import Description
 from tests.conftest import ROOT, lab_description
 
 ANSIBLE_PLAYBOOK = ROOT / ".venv" / "bin" / "ansible-playbook"
@@ -108,7 +108,7 @@ def site(lab: labmod.LabState, lab_desc: Description) -> SiteRuns:
     inv = labmod.inventory_path(lab_desc)
     first = ansible_playbook(inv, "playbooks/site.yml")
     assert first.rc == 0, first.output[-6000:]
-    slurm_lab.mark_converged(lab_desc, "site.yml")  # later bring-ups skip the converge
+    slurm_cluster.mark_converged(lab_desc, "site.yml")  # later bring-ups skip the converge
     second = ansible_playbook(inv, "playbooks/site.yml")
     check = ansible_playbook(inv, "playbooks/site.yml", "--check")
     return SiteRuns(first, second, check, before)

@@ -3,7 +3,7 @@
 The host runs with `--network none`: the Debian mirror and every other source are
 unreachable, and the roles remove every other apt source (nvidia_repo_exclusive). The driver
 packages are the real Debian non-free 535 packages; nvidia-container-toolkit and
-datacenter-gpu-manager are FIXTURE packages built by gpupool/labmirror.py under those names
+datacenter-gpu-manager are FIXTURE packages built by gpupool/lab/mirror.py under those names
 (no NVIDIA code): they exercise repository setup, pinning, holding and services only.
 """
 
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpupool import inventory
-from gpupool import lab as labmod
-from gpupool.model import Description
+from gpupool.lab import hosts as labmod
+from gpupool.render import inventory
+from gpupool.spec.model import Description
 from tests.integration.conftest import ansible_playbook
 
 pytestmark = pytest.mark.integration

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from gpupool import drills, slurm_lab
-from gpupool.model import Description
+from gpupool.exercise import drills
+from gpupool.lab import slurm_cluster
+from gpupool.spec.model import Description
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
@@ -23,7 +24,7 @@ RESULTS = ROOT / "bench" / "results" / "drills.json"
 @pytest.fixture(scope="module")
 def report(site: Any, lab_desc: Description) -> Any:
     """The session's lab, every role converged (fixture `site`); drills run once each."""
-    s = slurm_lab.ready(lab_desc)
+    s = slurm_cluster.ready(lab_desc)
     results: dict[str, Any] = {}
     try:
         yield lambda name: results.setdefault(name, drills.run(lab_desc, s, [name])[name])

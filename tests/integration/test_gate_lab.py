@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpupool import flows, lab, slurm_lab
 from gpupool.gate import runner
+from gpupool.lab import hosts, slurm_cluster
+from gpupool.render import flows
 from tests.conftest import ROOT, lab_description, mutate
 
 pytestmark = pytest.mark.integration
@@ -26,16 +27,16 @@ RESULTS = ROOT / "bench" / "results" / "gate_lab.json"
 
 
 @pytest.fixture(scope="module")
-def pool(site: Any) -> slurm_lab.SlurmLab:
+def pool(site: Any) -> slurm_cluster.SlurmLab:
     """The session's lab, every role converged (fixture `site`)."""
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text("{}\n")
-    return slurm_lab.ready(DESC)
+    return slurm_cluster.ready(DESC)
 
 
 def gate(tmp: Path, nodes: list[str], tier: str, description: Path | None = None
          ) -> dict[str, dict[str, Any]]:
-    inv = lab.inventory_path(DESC)
+    inv = hosts.inventory_path(DESC)
     reports = runner.gate(description or DESC.source, [runner.ansible_target(n, inv)
                                                        for n in nodes], tier, tmp)
     return {r["node"]: r for r in reports}
@@ -50,7 +51,7 @@ def record(key: str, reports: dict[str, dict[str, Any]]) -> None:
 
 
 @pytest.mark.parametrize("tier", ["quick", "standard"])
-def test_healthy_hosts_pass(pool: slurm_lab.SlurmLab, tier: str, tmp_path: Path) -> None:
+def test_healthy_hosts_pass(pool: slurm_cluster.SlurmLab, tier: str, tmp_path: Path) -> None:
     reports = gate(tmp_path, list(DESC.nodes), tier)
     record(f"healthy_{tier}", reports)
     for node, r in reports.items():
@@ -60,7 +61,7 @@ def test_healthy_hosts_pass(pool: slurm_lab.SlurmLab, tier: str, tmp_path: Path)
                        for c in gpu)
 
 
-def test_wrong_driver_pin_fails_the_software_check(pool: slurm_lab.SlurmLab,
+def test_wrong_driver_pin_fails_the_software_check(pool: slurm_cluster.SlurmLab,
                                                    tmp_path: Path) -> None:
     # The lock moves to a driver the hosts do not have: every GPU node must fail on it.
     assert DESC.source is not None
@@ -86,7 +87,7 @@ BREAK = {
 }
 
 
-def test_broken_hosts_fail_exactly_and_are_not_admitted(pool: slurm_lab.SlurmLab,
+def test_broken_hosts_fail_exactly_and_are_not_admitted(pool: slurm_cluster.SlurmLab,
                                                         tmp_path: Path) -> None:
     for node, (_, breakage, _) in BREAK.items():
         pool.sh(breakage, node=node)
@@ -96,7 +97,7 @@ def test_broken_hosts_fail_exactly_and_are_not_admitted(pool: slurm_lab.SlurmLab
         for node, (check, _, _) in BREAK.items():
             assert reports[node]["verdict"] == "fail"
             assert reports[node]["failed"] == [check], node
-        proc = slurm_lab.playbook(DESC, "gate.yml")
+        proc = slurm_cluster.playbook(DESC, "gate.yml")
         assert proc.returncode == 0, proc.stdout[-3000:]
         for node, (check, _, _) in BREAK.items():
             assert "drain" in pool.node_states()[node]
@@ -107,11 +108,11 @@ def test_broken_hosts_fail_exactly_and_are_not_admitted(pool: slurm_lab.SlurmLab
     finally:
         for node, (_, _, repair) in BREAK.items():
             pool.sh(repair, node=node)
-    proc = slurm_lab.playbook(DESC, "gate.yml")
+    proc = slurm_cluster.playbook(DESC, "gate.yml")
     assert proc.returncode == 0, proc.stdout[-3000:]
     # Admitted at once; "idle*" (a slurmd slow to answer slurmctld's ping on a loaded
     # host) may show for a few seconds, so wait, bounded, for the nodes to answer too.
     states = pool.node_states()
     assert all(states[n].rstrip("*") == "idle" for n in COMPUTE), states
-    slurm_lab.wait_for("the admitted nodes answering slurmctld", lambda: all(
+    slurm_cluster.wait_for("the admitted nodes answering slurmctld", lambda: all(
         pool.node_states()[n] == "idle" for n in COMPUTE), 60)

@@ -3,7 +3,7 @@ testinfra verification of what each role promises.
 
 The NVIDIA driver packages are the real Debian ones (userspace only: no GPU, no kernel
 module here). nvidia-container-toolkit and datacenter-gpu-manager are FIXTURE packages from
-the lab mirror (gpupool/labmirror.py): these tests check repository setup, pinning, holding,
+the lab mirror (gpupool/lab/mirror.py): these tests check repository setup, pinning, holding,
 services and configuration, never GPU behaviour.
 """
 
@@ -17,11 +17,11 @@ import pytest
 import testinfra
 import yaml
 
-from gpupool import lab as labmod
-from gpupool import labmirror
-from gpupool.facts import gpu_nodes
-from gpupool.model import Description
-from tests.conftest import ROOT
+from gpupool.lab import hosts as labmod
+from gpupool.lab import mirror
+from gpupool.paths import DATA
+from gpupool.spec.facts import gpu_nodes
+from gpupool.spec.model import Description
 from tests.integration.conftest import HOST_GLOBAL_SYSCTLS, SiteRuns, host_sysctls
 
 pytestmark = pytest.mark.integration
@@ -112,7 +112,7 @@ def test_sysctls_rendered_and_only_namespaced_applied(hosts: dict[str, Any],
 def test_auditd_and_unattended_upgrades(hosts: dict[str, Any]) -> None:
     h = hosts["lab-gpu1"]
     assert h.service("auditd").is_enabled and not h.service("auditd").is_running
-    assert "-k privilege" in h.file("/etc/audit/rules.d/50-gpupool.rules").content_string
+    assert "-k privilege" in h.file("/etc/audit/rules.d/50-gpupool.spec.rules").content_string
     policy = h.file("/etc/apt/apt.conf.d/52gpupool-unattended-upgrades").content_string
     assert "Debian-Security" in policy and '"nvidia-";' in policy
 
@@ -144,7 +144,7 @@ def test_fixture_toolkit_and_dcgm_pinned_and_held(hosts: dict[str, Any],
     sw = lab_desc.software
     assert h.package("nvidia-container-toolkit").version == f"{sw.container_toolkit}-1"
     assert h.package("datacenter-gpu-manager").version == f"1:{sw.dcgm}"
-    assert labmirror.FIXTURE_MARK in h.run(
+    assert mirror.FIXTURE_MARK in h.run(
         "dpkg-query -W -f='${Description}' datacenter-gpu-manager").stdout
     assert {"nvidia-container-toolkit", "datacenter-gpu-manager"} <= set(
         h.run("apt-mark showhold").stdout.split())
@@ -195,7 +195,7 @@ def test_node_exporter_serves_on_management_address(hosts: dict[str, Any],
 
 # -- gpu_operator (no Kubernetes cluster here: rendered values checked against the chart) --
 
-SCHEMAS = ROOT.parent / "shared" / "schemas" / "gpu-operator-v26.7.0"
+SCHEMAS = DATA / "schemas" / "gpu-operator-v26.7.0"
 
 
 def _unknown_keys(rendered: dict[str, Any], chart: dict[str, Any], crd: dict[str, Any],

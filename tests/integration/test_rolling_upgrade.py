@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpupool import slurm_lab
+from gpupool.lab import slurm_cluster
 from tests.conftest import ROOT, lab_description
 
 pytestmark = pytest.mark.integration
@@ -21,17 +21,17 @@ OOPS = "/etc/ssh/sshd_config.d/00-oops.conf"
 
 def test_rollout_stops_at_the_failing_node(site: Any) -> None:
     first, broken, rest = COMPUTE[0], COMPUTE[1], COMPUTE[2:]
-    s = slurm_lab.ready(DESC)
+    s = slurm_cluster.ready(DESC)
     s.sh(f"printf 'PasswordAuthentication yes\\n' > {OOPS}", node=broken)
     try:
         t = time.monotonic()
-        proc = slurm_lab.playbook(DESC, "rolling_driver_upgrade.yml")
+        proc = slurm_cluster.playbook(DESC, "rolling_driver_upgrade.yml")
         took = round(time.monotonic() - t, 1)
         states = s.node_states()
         reason = s.sh(f"sinfo -h -n {broken} -o %E").strip()
     finally:
         s.sh(f"rm -f {OOPS}", node=broken)
-        slurm_lab.playbook(DESC, "gate.yml")  # bring the repaired node back
+        slurm_cluster.playbook(DESC, "gate.yml")  # bring the repaired node back
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({"rollout_s": took, "states": states, "reason": reason},
                                   indent=2) + "\n")

@@ -6,11 +6,11 @@ sacct, sprio, sshare, scontrol). Fixtures, named as such:
 - the lab's GPUs are character devices (major 195) that the role creates from tmpfiles.d:
   slurmd counts and hands them out, nothing computes on them;
 - the burst "cloud": slurmctld's ResumeProgram/SuspendProgram in the lab only record
-  requests (no cloud is reachable); this test acts on them with the real gpupool.burst code
+  requests (no cloud is reachable); this test acts on them with the real gpupool.onhost.burst code
   against a local EC2 (moto on 127.0.0.1) and "boots" the cloud node by starting its slurmd
   on lab-ctl.
 - jobs are submitted as root on behalf of each team (root is added to the team accounts).
-Timings are recorded in bench/results/slurm_lab.json, never asserted.
+Timings are recorded in bench/results/slurm_cluster.json, never asserted.
 """
 
 from __future__ import annotations
@@ -23,9 +23,12 @@ from typing import Any
 import pytest
 import yaml
 
-from gpupool import burst, loader, localaws, slurm, slurm_lab
-from gpupool import lab as lab_mod
-from gpupool.facts import controller, rack_places
+from gpupool.lab import hosts as lab_mod
+from gpupool.lab import localaws, slurm_cluster
+from gpupool.onhost import burst
+from gpupool.render import slurm
+from gpupool.spec import loader
+from gpupool.spec.facts import controller, rack_places
 from tests.conftest import ROOT
 from tests.integration.conftest import Run, ansible_playbook
 
@@ -40,7 +43,7 @@ CLASSES = {c.name: c for c in slurm.class_policies(DESC)}
 TOP, *_, LOW = list(CLASSES)  # interactive ... deferred
 MID = next(c for c in CLASSES if c not in (TOP, LOW))  # training
 GPUS_PER_NODE = next(n.gpus for n in slurm.nodes(DESC))
-RESULTS = ROOT / "bench" / "results" / "slurm_lab.json"
+RESULTS = ROOT / "bench" / "results" / "slurm_cluster.json"
 
 # A deferred job that checkpoints on SIGTERM and, when the signal is a preemption
 # (PreemptTime set), hands itself back to the queue: the contract for preemptible work,
@@ -58,11 +61,11 @@ sleep ${WORK:-3}
 """
 
 
-wait_for = slurm_lab.wait_for
+wait_for = slurm_cluster.wait_for
 
 
-class Slurm(slurm_lab.SlurmLab):
-    """The lab's Slurm commands (gpupool.slurm_lab) with this module's conventions: each
+class Slurm(slurm_cluster.SlurmLab):
+    """The lab's Slurm commands (gpupool.lab.slurm_cluster) with this module's conventions: each
     job's length is its WORK, its output kept per job, and the overrunning job is left to
     meet its time limit."""
 
@@ -107,7 +110,7 @@ def cluster(lab: lab_mod.LabState):
     figures["converge_s"] = round(time.monotonic() - start, 1)
     s = Slurm()
     s.figures = figures
-    slurm_lab.ready(DESC)  # root in every team account, on-prem nodes idle
+    slurm_cluster.ready(DESC)  # root in every team account, on-prem nodes idle
     # The proofs start from no usage: earlier suites (drills, replays) ran jobs as the
     # teams, and fairshare would order them by that history.
     s.reset_usage(TEAMS)

@@ -168,7 +168,7 @@ def test_dcgm_diag(host, gpus: list[GpuState], request: pytest.FixtureRequest,  
 @pytest.mark.action(Action.ISOLATE)
 def test_burn_in(host, gpus: list[GpuState], gpu_expect: GpuExpect,  # type: ignore[no-untyped-def]
                  measure: Measure) -> None:
-    script = resources.files("gpupool.gate").joinpath("burn.py").read_text()
+    script = resources.files("gpupool.onhost").joinpath("burn.py").read_text()
     out = host.run("python3 - <<'GPUPOOL_BURN'\n" + script + "\nGPUPOOL_BURN")
     data = json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {}
     if "gpus" not in data:

@@ -1,0 +1,65 @@
+"""`gpupool drill NAME...`: failure drills on the lab's real Slurm."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from rich.table import Table
+
+from gpupool.cli.output import EXIT_INVALID, EXIT_OK, emit_json, err, out
+from gpupool.cli.registry import command
+from gpupool.exercise import drills
+from gpupool.lab import hosts, slurm_cluster
+from gpupool.spec.model import Description
+
+DEFAULT_REPORT = Path("bench/results/drills.json")
+
+
+def _setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("names", nargs="+", choices=[*drills.DRILLS, "all"], metavar="NAME",
+                   help=f"drills to run: {', '.join(drills.DRILLS)}, or all")
+    p.add_argument("--report", type=Path, default=DEFAULT_REPORT,
+                   help=f"where the figures go (default {DEFAULT_REPORT})")
+    p.add_argument("--down", action="store_true", help="take the lab down afterwards")
+
+
+@command("drill", "run failure drills on the lab's Slurm and record their figures", _setup)
+def cmd_drill(args: argparse.Namespace, desc: Description) -> int:
+    names = list(drills.DRILLS) if "all" in args.names else args.names
+    start = time.monotonic()
+
+    def report(msg: str) -> None:
+        err.print(f"[dim]{time.monotonic() - start:6.1f}s[/] {msg}", highlight=False)
+
+    with hosts.lab_lock():
+        try:
+            report("bringing up the lab with its roles and Slurm")
+            s, bring_up = slurm_cluster.bring_up(desc, site=True, report=report)
+            results = {}
+            for name in names:
+                report(f"drill {name}")
+                results.update(drills.run(desc, s, [name]))
+                report(f"drill {name}: {'passed' if results[name]['passed'] else 'FAILED'}")
+        finally:
+            if args.down:
+                hosts.down(desc)
+    previous = json.loads(args.report.read_text()) if args.report.exists() else {}
+    args.report.parent.mkdir(parents=True, exist_ok=True)
+    args.report.write_text(json.dumps({**previous, **results, "bring_up": bring_up},
+                                      indent=2, sort_keys=True) + "\n")
+    if args.json:
+        emit_json(results)
+    else:
+        table = Table(title="Drills", title_justify="left")
+        for c in ("drill", "passed", "time to resume (s)", "steps lost", "parity", "seconds"):
+            table.add_column(c)
+        for name, r in results.items():
+            lost = r.get("steps_lost", r.get("steps_redone_at_most", 0))
+            table.add_row(name, str(r["passed"]), str(r.get("time_to_resume_s", "-")),
+                          str(lost), str(r["result_parity"]), str(r["drill_s"]))
+        out.print(table)
+        out.print(f"figures: {args.report}")
+    return EXIT_OK if all(r["passed"] for r in results.values()) else EXIT_INVALID

@@ -1,0 +1,96 @@
+"""`gpupool gate NODE... --tier T`: the acceptance gate, one JSON report per node."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from gpupool.cli.output import EXIT_USAGE, emit_json, err, out
+from gpupool.cli.registry import command
+from gpupool.gate import runner
+from gpupool.gate.plugin import TIERS
+from gpupool.spec import loader
+from gpupool.spec.model import Description
+
+DEFAULT_OUT = Path(".cache/gate")
+VERDICT_STYLE = {"pass": "green", "fail": "red", "could-not-run": "yellow"}
+
+
+def _setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("nodes", nargs="*", help="nodes to gate (default: every node)")
+    p.add_argument("--tier", choices=TIERS, default="quick")
+    p.add_argument("--inventory", type=Path,
+                   help="Ansible inventory to reach the nodes (default: the lab's)")
+    p.add_argument("--local", action="store_true",
+                   help="gate this machine itself as NODE (how GPU hosts run the GPU tier)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="report directory")
+    p.add_argument("--suite", action="append", default=[], dest="suites",
+                   help="run only this suite (repeatable): system, software, gpu, storage, "
+                        "network, scheduler")
+    p.add_argument("--exclude", action="append", default=[],
+                   help="leave out checks whose id starts with this, e.g. gpu.dcgm_diag "
+                        "(the report lists what was left out)")
+
+
+def _summary(reports: list[dict[str, Any]]) -> Table:
+    table = Table(title="Acceptance gate", title_justify="left")
+    for c in ("node", "tier", "verdict", "pass", "fail", "skip", "error", "failed checks",
+              "action", "seconds"):
+        table.add_column(c)
+    for r in reports:
+        counts = r.get("counts", {})
+        style = VERDICT_STYLE[r["verdict"]]
+        table.add_row(r["node"], r["tier"], f"[{style}]{r['verdict']}[/]",
+                      *(str(counts.get(k, 0)) for k in ("pass", "fail", "skip", "error")),
+                      ", ".join(r["failed"]) or ("-" if "error" not in r else r["error"][-80:]),
+                      r.get("action") or "-", f"{r['duration_s']:.1f}")
+    return table
+
+
+def _inventory(args: argparse.Namespace, desc: Description) -> Path | None:
+    if args.inventory:
+        return Path(args.inventory)
+    from gpupool.lab import hosts  # noqa: PLC0415 - only the default path needs the lab
+
+    path = hosts.inventory_path(desc)
+    return path if path.exists() else None
+
+
+@command("gate", "run the acceptance gate on nodes and decide pass / fail", _setup)
+def cmd_gate(args: argparse.Namespace, desc: Description) -> int:
+    nodes = args.nodes or list(desc.nodes)
+    unknown = [n for n in nodes if n not in desc.nodes]
+    if unknown:
+        err.print(f"[red]unknown node(s)[/]: {', '.join(unknown)}")
+        return EXIT_USAGE
+    description = Path(args.file) if args.file else loader.description_path(args.stack)
+    if args.local:
+        if len(nodes) != 1:
+            err.print("--local gates exactly one node: this machine")
+            return EXIT_USAGE
+        targets = [runner.local_target(nodes[0])]
+    else:
+        inv = _inventory(args, desc)
+        if inv is None:
+            err.print("no inventory: pass --inventory, or bring the lab up first")
+            return EXIT_USAGE
+        targets = [runner.ansible_target(n, inv) for n in nodes]
+    with out.status(f"gating {len(targets)} node(s), tier {args.tier}") as status:
+        done: list[str] = []
+
+        def progress(report: dict[str, Any]) -> None:
+            done.append(report["node"])
+            status.update(f"gated {len(done)}/{len(targets)}: last {report['node']} "
+                          f"{report['verdict']}")
+
+        reports = runner.gate(description.resolve(), targets, args.tier, args.out, on_done=progress,
+                              suites=tuple(args.suites), exclude=tuple(args.exclude))
+    if args.json:
+        emit_json(reports)
+    else:
+        out.print(_summary(reports))
+        out.print(f"reports: {args.out}/<node>.json")
+    return runner.exit_code(reports)

@@ -1,0 +1,32 @@
+"""`gpupool inventory`: the Ansible inventory derived from the description."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from gpupool.cli.output import EXIT_OK, err
+from gpupool.cli.registry import command
+from gpupool.render import inventory
+from gpupool.spec.model import Description
+
+
+def _setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", help="write to this file (.yml) instead of stdout")
+
+
+@command("inventory", "the Ansible inventory derived from the description", _setup)
+def cmd_inventory(args: argparse.Namespace, desc: Description) -> int:
+    inv = inventory.build(desc)
+    text = (json.dumps(inv, indent=2, sort_keys=True) + "\n" if args.json
+            else yaml.safe_dump(inv, sort_keys=False))
+    if args.output:
+        Path(args.output).write_text(text)
+        err.print(f"wrote {args.output}")
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK

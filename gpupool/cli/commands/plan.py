@@ -1,0 +1,31 @@
+"""`gpupool plan`: what the Pulumi program declares for a stack, without the Pulumi CLI."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.table import Table
+
+from gpupool.cli.output import EXIT_OK, emit_json, out
+from gpupool.cli.registry import command
+from gpupool.preview import plan
+from gpupool.spec.model import Description
+
+
+@command("plan", "run the Pulumi program under mocks; show what it declares")
+def cmd_plan(args: argparse.Namespace, desc: Description) -> int:
+    stack = args.stack if not args.file else desc.pool.name
+    result = plan.as_json(plan.declare(desc, stack))
+    if args.json:
+        emit_json(result)
+        return EXIT_OK
+    out.print(plan.as_tree(result), crop=False)
+    table = Table(title="Resources per type", title_justify="left")
+    table.add_column("type")
+    table.add_column("count", justify="right")
+    for type_, n in result["counts"].items():
+        table.add_row(type_, str(n))
+    table.add_section()
+    table.add_row("[bold]total[/]", f"[bold]{result['total']}[/]")
+    out.print(table)
+    return EXIT_OK

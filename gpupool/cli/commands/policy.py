@@ -1,0 +1,45 @@
+"""`gpupool policy`: the policy pack, offline, over what the program declares."""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+
+from gpupool.cli.output import EXIT_INVALID, EXIT_OK, emit_json, out
+from gpupool.cli.registry import command
+from gpupool.preview import plan
+from gpupool.spec.model import Description
+from policies import offline
+from policies.catalog import POLICIES
+from policies.core import STACK, Level, Violation
+
+
+def report(violations: list[Violation]) -> None:
+    """Violations grouped by resource, the stack's own first."""
+    by_resource: dict[str, list[Violation]] = defaultdict(list)
+    for v in violations:
+        by_resource[v.resource].append(v)
+    for resource in sorted(by_resource, key=lambda r: (r != STACK, r)):
+        out.print(f"[bold]{resource}[/]", highlight=False, soft_wrap=True)
+        for v in by_resource[resource]:
+            colour = "red" if v.level == Level.MANDATORY else "yellow"
+            out.print(f"  [{colour}]{v.level}[/] {v.policy}: {v.message}", highlight=False,
+                      soft_wrap=True)
+
+
+@command("policy", "run the policy pack offline over what the program declares")
+def cmd_policy(args: argparse.Namespace, desc: Description) -> int:
+    stack = args.stack if not args.file else desc.pool.name
+    config = {} if args.file else offline.stack_config(stack)
+    violations = offline.check(plan.declare(desc, stack), desc, config)
+    mandatory = [v for v in violations if v.level == Level.MANDATORY]
+    if args.json:
+        emit_json({"stack": stack, "passed": not mandatory, "policies": len(POLICIES),
+                   "mandatory": len(mandatory), "advisory": len(violations) - len(mandatory),
+                   "violations": [v.as_dict() for v in violations]})
+    else:
+        report(violations)
+        verdict = "[red]rejected[/]" if mandatory else "[green]passed[/]"
+        out.print(f"{verdict}: {len(POLICIES)} policies, {len(mandatory)} mandatory and "
+                  f"{len(violations) - len(mandatory)} advisory violation(s)")
+    return EXIT_INVALID if mandatory else EXIT_OK

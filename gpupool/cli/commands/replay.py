@@ -1,0 +1,107 @@
+"""`gpupool replay`: a job trace replayed on the lab's Slurm under gpupool's policy and
+under the manual-allocation baseline, in one run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from rich.table import Table
+
+from gpupool.cli.output import EXIT_INVALID, EXIT_OK, emit_json, err, out
+from gpupool.cli.registry import command
+from gpupool.exercise import replay_run
+from gpupool.exercise.context import Context
+from gpupool.lab import hosts, slurm_cluster
+from gpupool.spec.model import Description
+from gpupool.workload import replay, replay_report, trace
+
+DEFAULT_RESULTS = Path("bench/results/replay.json")
+
+
+def _setup(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--trace", type=Path, help=f"a trace file ({','.join(trace.HEADER)})")
+    src.add_argument("--alibaba", type=Path, help="sample the Alibaba GPU trace (pod list)")
+    p.add_argument("--jobs", type=int, default=60, help="synthetic or sampled jobs")
+    p.add_argument("--horizon", type=float, default=120.0,
+                   help="seconds over which the jobs arrive (trace time)")
+    p.add_argument("--load", type=float, default=1.6,
+                   help="synthetic offered load; above 1 saturates the pool")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--speedup", type=float, default=1.0, help="trace seconds per wall second")
+    p.add_argument("--policies", default=",".join(replay_run.POLICIES))
+    p.add_argument("--timeout", type=float, default=900.0,
+                   help="seconds to wait for each policy's jobs to finish")
+    p.add_argument("--out", type=Path, default=Path(".cache/replay"))
+    p.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
+
+
+def _trace(args: argparse.Namespace, desc: Description) -> tuple[str, list[trace.TraceJob]]:
+    capacity = sum(n.gpus for n in replay_run.slurm.nodes(desc) if not n.cloud)
+    per_node = max(n.gpus for n in replay_run.slurm.nodes(desc))
+    if args.trace:
+        return str(args.trace), trace.read(args.trace)
+    if args.alibaba:
+        return f"alibaba sample of {args.jobs}", trace.sample_alibaba(
+            args.alibaba, list(desc.teams), jobs=args.jobs, horizon_s=args.horizon,
+            max_gpus=per_node, seed=args.seed)
+    knobs = trace.Knobs(jobs=args.jobs, horizon_s=args.horizon, load=args.load,
+                        capacity_gpus=capacity, teams=dict.fromkeys(desc.teams, 1.0),
+                        seed=args.seed)
+    return f"synthetic (load {args.load}, seed {args.seed})", trace.synthetic(knobs)
+
+
+@command("replay", "replay a job trace on the lab's Slurm: gpupool policy vs baseline",
+         _setup)
+def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
+    name, jobs = _trace(args, desc)
+    replay_run.check_trace(desc, jobs)
+    start = time.monotonic()
+
+    def report(msg: str) -> None:
+        err.print(f"[dim]{time.monotonic() - start:6.1f}s[/] {msg}", highlight=False)
+
+    policies = args.policies.split(",")
+    runs, metrics, waits, t0 = {}, {}, {}, {}
+    with hosts.lab_lock():
+        s, _ = slurm_cluster.bring_up(desc, report=report)
+        ctx = Context(desc, s)
+        for policy in policies:
+            report(f"replaying {len(jobs)} jobs under {policy}")
+            rs, demands = replay_run.replay_once(ctx, policy, jobs, speedup=args.speedup,
+                                                 timeout_s=args.timeout, report=report)
+            capacity = sum(n.gpus for n in replay_run.slurm.nodes(desc) if not n.cloud)
+            runs[policy], metrics[policy] = rs, replay.metrics(rs, demands, capacity)
+            t0[policy] = min(d.eligible for d in demands)
+            per_class: dict[str, list[float]] = defaultdict(list)
+            for d in demands:
+                starts = [r.start for r in rs if r.job == d.job and r.start]
+                if starts:
+                    per_class[d.task_class].append(min(starts) - d.eligible)
+            waits[policy] = dict(per_class)
+        if "baseline" in policies:
+            replay_run.use_policy(s, "gpupool")  # leave the lab on gpupool's policy
+    result = {"trace": name, "jobs": len(jobs), "speedup": args.speedup,
+              "policies": metrics}
+    path = replay_report.write(args.out, result, runs, waits, t0)
+    previous = json.loads(args.results.read_text()) if args.results.exists() else {}
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps({**previous, name: result}, indent=2) + "\n")
+    if args.json:
+        emit_json(result)
+    else:
+        table = Table(title=f"Replay of {name}", title_justify="left")
+        table.add_column("metric")
+        for p in metrics:
+            table.add_column(p, justify="right")
+        for key in ("gpu_utilization_saturated", "makespan_s", "completed",
+                    "preemptions_and_requeues", "work_lost_gpu_s"):
+            table.add_row(key, *(str(m[key]) for m in metrics.values()))
+        out.print(table)
+        out.print(f"report: {path}; figures: {args.results}")
+    done = all(m["completed"] == m["jobs"] for m in metrics.values())
+    return EXIT_OK if done else EXIT_INVALID

@@ -1,0 +1,63 @@
+"""The `gpupool` command line: parse, load the description, run one verb.
+
+Exit codes: 0 success; 1 the description (or what was checked) is invalid; 2 usage error.
+Every subcommand takes --json for machine-readable output on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from gpupool.cli import registry
+from gpupool.cli.output import EXIT_INVALID, emit_json, err
+from gpupool.spec import loader
+from gpupool.spec.errors import DescriptionError
+from gpupool.spec.model import Description
+
+
+def load(args: argparse.Namespace) -> Description:
+    if args.file:
+        return loader.load_file(Path(args.file))
+    return loader.load_stack(args.stack)
+
+
+def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
+    registry.load(wanted)
+    parser = argparse.ArgumentParser(prog="gpupool", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (help_, _, setup) in registry.COMMANDS.items():
+        p = sub.add_parser(name, help=help_)
+        src = p.add_mutually_exclusive_group()
+        src.add_argument("--stack", default="lab", help="stack name (default: lab)")
+        src.add_argument("--file", help="a description file instead of a stack")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        setup(p)
+    return parser
+
+
+def report_invalid(exc: DescriptionError, as_json: bool) -> int:
+    if as_json:
+        emit_json({"valid": False, "source": exc.source,
+                   "problems": [p.as_dict() for p in exc.problems]})
+    else:
+        # One line per problem: readable, and greppable in CI logs.
+        err.print(f"[bold red]invalid[/]: {exc.source}: {len(exc.problems)} problem(s); "
+                  "nothing was changed", highlight=False)
+        for p in exc.problems:
+            err.print(f"  [bold]{p.path}[/]: [yellow]\\[{p.rule}][/] {p.message} "
+                      f"(got {p.value!r})", highlight=False, soft_wrap=True)
+    return EXIT_INVALID
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    wanted = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(wanted).parse_args(argv)
+    _, handler, _ = registry.COMMANDS[args.command]
+    try:
+        desc = load(args)
+    except DescriptionError as exc:
+        return report_invalid(exc, args.json)
+    return handler(args, desc)

@@ -1,0 +1,37 @@
+"""What the command line prints: exit codes, the two consoles, JSON and tables.
+
+Kept apart from the registry and the entry point so that a verb module imports its helpers
+without importing the parser that imports it (no cycle).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+out = Console()
+err = Console(stderr=True)
+
+
+def emit_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def table(title: str, columns: list[str], rows: list[list[Any]], total: list[Any] | None
+          ) -> Table:
+    """A left-aligned first column, right-aligned figures, and an optional bold total row."""
+    t = Table(title=title, title_justify="left")
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="left" if i == 0 else "right")
+    for row in rows:
+        t.add_row(*(str(v) for v in row))
+    if total is not None:
+        t.add_section()
+        t.add_row(*(f"[bold]{v}[/bold]" for v in total))
+    return t

@@ -1,0 +1,48 @@
+"""The verbs of `gpupool`: which module implements each, and the decorator that registers it.
+
+The map is explicit so the entry point imports only the verb it runs: a GPU node running
+`gpupool gate --local` has only the gate's packages, and `validate` should not pay for
+Pulumi or matplotlib.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+
+from gpupool.spec.model import Description
+
+# verb -> module under gpupool.cli.commands
+VERBS = {
+    "validate": "validate", "show": "show", "inventory": "inventory",
+    "plan": "plan", "policy": "policy", "slurm": "slurm", "audit": "audit",
+    "lab": "lab", "gate": "gate", "drill": "drill", "replay": "replay",
+}
+
+Handler = Callable[[argparse.Namespace, Description], int]
+Setup = Callable[[argparse.ArgumentParser], None]
+COMMANDS: dict[str, tuple[str, Handler, Setup]] = {}
+
+
+def _no_arguments(p: argparse.ArgumentParser) -> None:
+    """The verb takes only the common --stack/--file/--json arguments."""
+
+
+def command(name: str, help_: str, setup: Setup = _no_arguments) -> Callable[[Handler], Handler]:
+    """Register a subcommand that works on a validated description."""
+    if name not in VERBS:
+        raise ValueError(f"verb {name!r} is missing from gpupool.cli.registry.VERBS")
+
+    def wrap(fn: Handler) -> Handler:
+        COMMANDS[name] = (help_, fn, setup)
+        return fn
+
+    return wrap
+
+
+def load(wanted: str | None) -> None:
+    """Import the wanted verb's module, or every verb's when it is not a known verb (help,
+    a typo: argparse then lists them all)."""
+    for verb in [wanted] if wanted in VERBS else list(VERBS):
+        importlib.import_module(f"gpupool.cli.commands.{VERBS[verb]}")

@@ -1,0 +1,163 @@
+"""Replay a trace on the lab's real Slurm under two policies in one run.
+
+- gpupool: the configuration the slurm role renders from the description (task classes as
+  partitions with preemption that requeues, team quotas, fairshare, backfill);
+- baseline: manual allocation as pools run without gpupool: each team's nodes pinned to
+  it (the nodes' `owner_team`), one partition per team, first come first served
+  (sched/builtin), no classes, no preemption.
+
+Every job sleeps for its (time-compressed) duration in 0.1 s steps, keeping its progress
+on the shared checkpoint tier, so a preempted job resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from gpupool.exercise.context import Context
+from gpupool.lab.slurm_cluster import SlurmLab, SlurmLabError, onprem_nodes, playbook, wait_for
+from gpupool.render import slurm
+from gpupool.workload.replay import Demand, Run
+from gpupool.workload.trace import TraceJob
+
+POLICIES = ("gpupool", "baseline")
+MIN_JOB_S = 5.0  # accounting has 1 s resolution
+LEAD_S = 8.0  # submission finishes before the first job is eligible
+CONF = "/etc/slurm/slurm.conf"
+# Lines of slurm.conf the baseline replaces.
+_POLICY_KEYS = re.compile(r"^(PartitionName|PreemptType|PreemptMode|SchedulerType|"
+                          r"PriorityType|PriorityWeight\w*)=")
+
+WORK = r"""#!/bin/bash
+# Replay job: WORK_DS tenths of a second of work, counted by the clock (a busy host does
+# not stretch it), resumable from its progress file.
+P={root}/.gpupool/replay/$SLURM_JOB_NAME.progress
+done=$(cat "$P" 2>/dev/null || echo 0)
+trap 'echo $done > "$P"
+      scontrol show job $SLURM_JOB_ID | grep -q PreemptTime=None || scontrol requeue $SLURM_JOB_ID
+      exit 0' TERM
+last=$(date +%s%N)
+while [ "$done" -lt "$WORK_DS" ]; do
+  sleep 0.1
+  now=$(date +%s%N); step=$(((now - last) / 100000000))
+  done=$((done + step)); last=$((last + step * 100000000))
+  echo $done > "$P"
+done
+"""
+
+
+def baseline_conf(desc: Any, current: str) -> str:
+    """The running slurm.conf turned into the manual-allocation baseline."""
+    owners: dict[str, list[str]] = {}
+    for name, node in desc.nodes.items():
+        if node.owner_team and name in onprem_nodes(desc):
+            owners.setdefault(node.owner_team, []).append(name)
+    if not owners:
+        raise SlurmLabError("the baseline pins nodes to teams: set owner_team on the nodes")
+    kept = [ln for ln in current.splitlines() if not _POLICY_KEYS.match(ln)]
+    return "\n".join([
+        *kept,
+        "SchedulerType=sched/builtin",
+        "PriorityType=priority/basic",
+        "PreemptType=preempt/none",
+        *(f"PartitionName={team} Nodes={slurm.hostlist(nodes)} MaxTime=UNLIMITED State=UP"
+          for team, nodes in sorted(owners.items())),
+    ]) + "\n"
+
+
+def _restart_all(s: SlurmLab) -> None:
+    s.sh("systemctl restart slurmctld")
+    for node in onprem_nodes(s.desc):
+        s.sh("systemctl restart slurmd", node=node)
+    wait_for("nodes idle after restart", lambda: all(
+        s.node_states().get(n, "").rstrip("*") == "idle" for n in onprem_nodes(s.desc)), 90)
+
+
+def use_policy(s: SlurmLab, policy: str) -> None:
+    if policy == "gpupool":
+        proc = playbook(s.desc, "slurm.yml")  # the role restores its own configuration
+        if proc.returncode != 0:
+            raise SlurmLabError(f"slurm.yml failed: {proc.stdout[-3000:]}")
+        _restart_all(s)
+        return
+    conf = baseline_conf(s.desc, s.sh(f"cat {CONF}"))
+    for node in s.desc.nodes:
+        s.write(CONF, conf, node=node)
+    _restart_all(s)
+
+
+def _submit_line(policy: str, job: TraceJob, begin: str, speedup: float, name: str) -> str:
+    work_ds = max(int(MIN_JOB_S * 10), round(job.duration_s / speedup * 10))
+    where = (f"-p {job.task_class} --requeue" if policy == "gpupool" else f"-p {job.team}")
+    return (f"sbatch --parsable -J {name} -A {job.team} {where} "
+            f"--gpus={job.gpus} -C onprem --begin={begin} -o /dev/null "
+            f"--export=ALL,WORK_DS={work_ds} {{script}}")
+
+
+def _ts(value: str) -> float | None:
+    return None if value in ("", "Unknown", "None") else datetime.fromisoformat(value).timestamp()
+
+
+def collect(s: SlurmLab, since: str, prefix: str, jobs: dict[str, TraceJob]) -> list[Run]:
+    out = s.sh(f"sacct -a -X -D -P -n -S {since} "
+               "-o JobName,AllocTRES,Eligible,Start,End,State")
+    runs = []
+    for line in out.splitlines():
+        name, tres, eligible, start, end, state = line.split("|")
+        if not name.startswith(prefix):
+            continue
+        job = jobs[name.removeprefix(prefix)]
+        gpus = re.search(r"gres/gpu=(\d+)", tres)
+        runs.append(Run(job.job_id, job.task_class, job.team,
+                        int(gpus.group(1)) if gpus else job.gpus,
+                        _ts(eligible) or 0.0, _ts(start), _ts(end), state.split()[0]))
+    return runs
+
+
+def check_trace(desc: Any, trace: list[TraceJob]) -> None:
+    """Refuse a trace the baseline could never finish: a job wider than the GPUs its team
+    owns would wait forever under manual allocation."""
+    owned: dict[str, int] = {}
+    for n in slurm.nodes(desc):
+        team = desc.nodes[n.name].owner_team if n.name in desc.nodes else None
+        if team and not n.cloud:
+            owned[team] = owned.get(team, 0) + n.gpus
+    for j in trace:
+        if j.team not in desc.teams or j.task_class not in desc.task_classes:
+            raise SlurmLabError(f"trace job {j.job_id}: unknown team {j.team!r} or class "
+                                f"{j.task_class!r}")
+        if j.gpus > owned.get(j.team, 0):
+            raise SlurmLabError(f"trace job {j.job_id} wants {j.gpus} GPUs; team {j.team} "
+                                f"owns {owned.get(j.team, 0)} in the baseline")
+
+
+def replay_once(ctx: Context, policy: str, trace: list[TraceJob], *, speedup: float,
+                timeout_s: float, report: Callable[[str], None]) -> tuple[list[Run],
+                                                                           list[Demand]]:
+    s = ctx.slurm
+    use_policy(s, policy)
+    prefix = f"{policy}-"
+    s.sh(f"rm -rf {ctx.root}/.gpupool/replay && mkdir -p {ctx.root}/.gpupool/replay")
+    s.write(f"{ctx.root}/.gpupool/replay/work.sh", WORK.format(root=ctx.root))
+    t0 = float(s.sh("date +%s").strip()) + LEAD_S
+    since = datetime.fromtimestamp(t0 - LEAD_S).strftime("%Y-%m-%dT%H:%M:%S")
+    lines = []
+    for j in trace:
+        begin = datetime.fromtimestamp(t0 + j.submit_s / speedup).strftime("%Y-%m-%dT%H:%M:%S")
+        lines.append(_submit_line(policy, j, begin, speedup, prefix + j.job_id).format(
+            script=f"{ctx.root}/.gpupool/replay/work.sh"))
+    s.write("/var/lib/gpupool/jobs/replay-submit.sh", "set -e\n" + "\n".join(lines))
+    s.sh("bash /var/lib/gpupool/jobs/replay-submit.sh >/dev/null", timeout=300)
+    report(f"{policy}: {len(trace)} jobs submitted")
+    wait_for(f"{policy}: every job finished", lambda: int(s.sh(
+        f"squeue -h -o %j | grep -c '^{prefix}'; true").strip() or 0) == 0, timeout_s)
+    jobs = {j.job_id: j for j in trace}
+    runs = collect(s, since, prefix, jobs)
+    demands = [Demand(j.job_id, j.task_class, j.gpus, t0 + j.submit_s / speedup,
+                      max(MIN_JOB_S, j.duration_s / speedup)) for j in trace]
+    report(f"{policy}: done in {time.time() - t0:.0f}s")
+    return runs, demands

@@ -1,0 +1,542 @@
+"""The local lab pool: one podman host (systemd as PID 1) per on-prem node of a description.
+
+Everything is derived from the description: one podman network per network segment with the
+segment's CIDR, one host per node named after it, attached to the segments it has
+addresses on with those addresses. The hosts boot a Debian 12 image built with debootstrap
+(no container registry) and cached as a tarball keyed by the hash of its recipe. Ansible
+reaches the hosts over SSH with a key generated into .lab/<pool>/.
+
+Facts this module relies on are measured in shared/notes/lab-hosts.md (runc not crun,
+cgroupfs, a containers.conf capping ulimits below the host's hard limit).
+
+Public API (reused by the Slurm role tests and the acceptance gate):
+    up(desc) -> LabState, down(desc), status(desc) -> LabState, inventory_path(desc),
+    exec_(desc, node, argv), ssh(desc, node, command), lab_lock().
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import yaml
+
+from gpupool.lab import mirror
+from gpupool.paths import PROJECT_ROOT
+from gpupool.render import inventory
+from gpupool.spec.model import Description, FsType
+
+Report = Callable[[str], None]
+T = TypeVar("T")
+
+LOCK_PATH = Path("/tmp/gpupool-lab.lock")  # noqa: S108 - shared by every checkout on this machine
+LOCK_WAIT_S = 1800
+SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"
+IMAGE_PACKAGES = (
+    "systemd", "systemd-sysv", "dbus", "python3", "python3-apt", "openssh-server",
+    "iproute2", "sudo", "ca-certificates", "procps", "gnupg",
+)
+# Run inside the debootstrapped rootfs (chroot). Units that cannot work in a container are
+# masked; host keys are generated per host at first boot, never shared through the image.
+# systemd-sysctl is masked because /proc/sys is writable in lab hosts (so that hardening can
+# apply namespaced net.* settings): at boot it would write kernel.* settings into the HOST.
+CUSTOMIZE = """set -eu
+apt-get clean
+rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
+for u in getty@tty1.service console-getty.service systemd-udevd.service \
+         systemd-udevd-control.socket systemd-udevd-kernel.socket \
+         systemd-modules-load.service sys-kernel-config.mount sys-kernel-debug.mount \
+         systemd-remount-fs.service systemd-sysctl.service; do
+  ln -sf /dev/null /etc/systemd/system/$u
+done
+: > /etc/machine-id
+rm -f /var/lib/dbus/machine-id /etc/ssh/ssh_host_*
+mkdir -p /etc/systemd/system/ssh.service.d /root/.ssh
+chmod 700 /root/.ssh
+printf '%s\\n' '[Service]' 'ExecStartPre=' 'ExecStartPre=/usr/bin/ssh-keygen -A' \
+  'ExecStartPre=/usr/sbin/sshd -t' \
+  > /etc/systemd/system/ssh.service.d/lab-hostkeys.conf
+systemctl enable ssh.service
+"""
+CONTAINERS_CONF = """[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+"""
+MIRROR_MOUNT = "/srv/gpupool-mirror"
+BOOT_WAIT_S = 60
+SSH_WAIT_S = 60
+POLL_S = 0.5
+
+
+class LabError(RuntimeError):
+    """The lab could not be brought to the requested state; the message says what failed."""
+
+
+@dataclass
+class HostState:
+    name: str
+    container: str
+    state: str  # podman state: running, exited, ... or "absent"
+    systemd: str = "unknown"
+    addresses: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class LabState:
+    pool: str
+    image: str
+    networks: dict[str, str]  # podman network -> subnet
+    hosts: dict[str, HostState]
+    inventory: str
+    key: str
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.hosts) and all(
+            h.state == "running" and h.systemd in ("running", "degraded")
+            for h in self.hosts.values())
+
+    def as_dict(self) -> dict[str, object]:
+        return {**asdict(self), "ready": self.ready}
+
+
+# -- names and paths, all derived from the description ----------------------------------
+
+def prefix(desc: Description) -> str:
+    return f"gpupool-{desc.pool.name}"
+
+
+def container_name(desc: Description, node: str) -> str:
+    return f"{prefix(desc)}-{node}"
+
+
+def network_name(desc: Description, segment: str) -> str:
+    return f"{prefix(desc)}-{segment}"
+
+
+def lab_dir(desc: Description) -> Path:
+    return PROJECT_ROOT / ".lab" / desc.pool.name
+
+
+def key_path(desc: Description) -> Path:
+    return lab_dir(desc) / "id_ed25519"
+
+
+def mirror_dir(desc: Description) -> Path:
+    """The lab's local apt mirror (gpupool/lab/mirror.py), mounted read-only into each host."""
+    return lab_dir(desc) / "mirror"
+
+
+def inventory_path(desc: Description) -> Path:
+    return lab_dir(desc) / "inventory.yml"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("GPUPOOL_CACHE", PROJECT_ROOT / ".cache"))
+
+
+def image_hash() -> str:
+    recipe = json.dumps([SUITE, MIRROR, sorted(IMAGE_PACKAGES), CUSTOMIZE])
+    return hashlib.sha256(recipe.encode()).hexdigest()[:16]
+
+
+def image_ref() -> str:
+    return f"localhost/gpupool-base:{image_hash()}"
+
+
+def image_tarball() -> Path:
+    return cache_dir() / "lab-image" / f"gpupool-base-{image_hash()}.tar.gz"
+
+
+def labels(desc: Description) -> list[str]:
+    return ["--label", f"gpupool.pool={desc.pool.name}"]
+
+
+# -- running things ----------------------------------------------------------------------
+
+def _containers_conf() -> Path:
+    path = cache_dir() / "lab-containers.conf"
+    if not path.exists() or path.read_text() != CONTAINERS_CONF:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(CONTAINERS_CONF)
+    return path
+
+
+def podman(*args: str, check: bool = True, timeout: float = 300
+           ) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CONTAINERS_CONF": str(_containers_conf())}
+    proc = subprocess.run(["podman", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, check=False)
+    if check and proc.returncode != 0:
+        raise LabError(f"podman {' '.join(args)} failed ({proc.returncode}): "
+                       f"{proc.stderr.strip() or proc.stdout.strip()}")
+    return proc
+
+
+def _run(argv: list[str], timeout: float = 600) -> None:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        raise LabError(f"{argv[0]} failed ({proc.returncode}): " + " | ".join(tail))
+
+
+def require_tools() -> None:
+    missing = [t for t in ("podman", "runc", "debootstrap", "ssh", "ssh-keygen")
+               if shutil.which(t) is None]
+    if missing:
+        raise LabError(f"missing tools: {', '.join(missing)} (run scripts/bootstrap.sh)")
+    if os.geteuid() != 0:
+        raise LabError("the lab needs root (rootful podman with static addresses)")
+
+
+_LOCK_DEPTH = 0  # this process already holds the lock: nested users just go on
+
+
+@contextlib.contextmanager
+def lab_lock(wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """Exclusive lock serialising every lab user on this machine (tests, bench, CLI).
+    Re-entrant within a process, so a command run inside a locked test does not wait
+    for itself."""
+    global _LOCK_DEPTH  # noqa: PLW0603 - one lock per process
+    if _LOCK_DEPTH:
+        _LOCK_DEPTH += 1
+        try:
+            yield
+        finally:
+            _LOCK_DEPTH -= 1
+        return
+    with LOCK_PATH.open("a") as fh:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise LabError(f"another lab user held {LOCK_PATH} for more than "
+                                   f"{wait_s:.0f}s; giving up") from None
+                time.sleep(1)
+        _LOCK_DEPTH = 1
+        try:
+            yield
+        finally:
+            _LOCK_DEPTH = 0
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def wait_for(what: str, probe: Callable[[], T], timeout: float) -> T:
+    """Poll probe until it returns something true (and return that); bounded."""
+    deadline = time.monotonic() + timeout
+    while not (value := probe()):
+        if time.monotonic() > deadline:
+            raise LabError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(POLL_S)
+    return value
+
+
+# -- the image ---------------------------------------------------------------------------
+
+def build_image(report: Report) -> str:
+    """The base image: present in podman, else imported from the cached tarball, else built."""
+    ref = image_ref()
+    if podman("image", "exists", ref, check=False).returncode == 0:
+        return ref
+    tarball = image_tarball()
+    if not tarball.exists():
+        report(f"building image {ref} with debootstrap (cold: about a minute)")
+        tarball.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=tarball.parent, prefix="rootfs-") as tmp:
+            rootfs = Path(tmp) / "rootfs"
+            _run(["debootstrap", "--variant=minbase", f"--include={','.join(IMAGE_PACKAGES)}",
+                  SUITE, str(rootfs), MIRROR], timeout=900)
+            _run(["chroot", str(rootfs), "/bin/sh", "-c", CUSTOMIZE])
+            partial = tarball.with_suffix(".partial")
+            _run(["sh", "-c", f'tar -C "{rootfs}" --numeric-owner -cf - . | gzip -1 > "{partial}"'])
+            partial.rename(tarball)
+    _prune_stale_images(ref, tarball, report)
+    report(f"importing {tarball.name}")
+    podman("import", "--change", 'CMD ["/sbin/init"]', "--change", "STOPSIGNAL=SIGRTMIN+3",
+           str(tarball), ref, timeout=600)
+    return ref
+
+
+def _prune_stale_images(ref: str, tarball: Path, report: Report) -> None:
+    """Images and tarballs of older recipes are dead weight (240 MB each): drop them."""
+    for old in tarball.parent.glob("gpupool-base-*.tar.gz"):
+        if old != tarball:
+            old.unlink()
+    proc = podman("images", "--format", "{{.Repository}}:{{.Tag}}", "localhost/gpupool-base")
+    stale = [i for i in proc.stdout.split() if i != ref]
+    if stale:
+        report(f"removing stale images {', '.join(stale)}")
+        podman("rmi", "-f", *stale, check=False)
+
+
+# -- up / down / status ------------------------------------------------------------------
+
+def ensure_key(desc: Description) -> Path:
+    key = key_path(desc)
+    if not key.exists():
+        key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"gpupool-{desc.pool.name}-lab",
+              "-f", str(key)])
+    return key
+
+
+def ssh_args(desc: Description) -> list[str]:
+    return ["-i", str(key_path(desc)), "-o", "StrictHostKeyChecking=no",
+            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+            "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
+
+
+def ensure_networks(desc: Description) -> dict[str, str]:
+    nets: dict[str, str] = {}
+    for seg_name, seg in desc.network.segments.items():
+        name = network_name(desc, seg_name)
+        proc = podman("network", "inspect", name, check=False)
+        if proc.returncode == 0:
+            subnets = [s["subnet"] for s in json.loads(proc.stdout)[0].get("subnets", [])]
+            if seg.cidr not in subnets:
+                raise LabError(f"network {name} exists with {subnets}, description says "
+                               f"{seg.cidr}: run `gpupool lab down` first")
+        else:
+            podman("network", "create", *labels(desc), "--subnet", seg.cidr, name)
+        nets[name] = seg.cidr
+    return nets
+
+
+def _inspect(name: str) -> dict[str, object] | None:
+    proc = podman("container", "inspect", name, check=False)
+    return json.loads(proc.stdout)[0] if proc.returncode == 0 else None
+
+
+def shared_mounts(desc: Description) -> list[str]:
+    """podman -v arguments: one host directory per network file system tier, shared by
+    every lab host at the tier's mount point. It stands in for the NFS or Lustre server
+    the lab cannot run (no kernel NFS server in unprivileged containers), so checkpoints
+    written on one host are read on another, as on a real pool."""
+    args = []
+    for name, tier in desc.storage_tiers.items():
+        if tier.mount is None or tier.mount.fstype not in (FsType.NFS, FsType.LUSTRE):
+            continue
+        src = lab_dir(desc) / "storage" / name
+        src.mkdir(parents=True, exist_ok=True)
+        mode = "ro" if "ro" in tier.mount.options else "rw"
+        args += ["-v", f"{src}:{tier.mount.path}:{mode}"]
+    return args
+
+
+def ensure_host(desc: Description, node: str, image: str) -> None:
+    name = container_name(desc, node)
+    info = _inspect(name)
+    if info is not None and info["ImageName"] != image:
+        podman("rm", "-f", "-t", "0", name)  # built from an older recipe: replace it
+        info = None
+    if info is None:
+        nets = [a for seg, addr in desc.nodes[node].addresses.items()
+                for a in ("--network", f"{network_name(desc, seg)}:ip={addr}")]
+        hosts = [a for n, other in desc.nodes.items()
+                 for a in ("--add-host", f"{n}:{other.addresses['management']}")]
+        podman("create", *labels(desc), "--label", f"gpupool.node={node}", "--name", name,
+               "--hostname", node, "--systemd=always", *nets, *hosts,
+               # NET_ADMIN acts on the host's own network namespace only (nftables, net.*);
+               # /proc/sys is unmasked so the hardening role can apply net.* sysctls.
+               "--cap-add", "NET_ADMIN", "--security-opt", "unmask=/proc/sys",
+               "-v", f"{key_path(desc)}.pub:/root/.ssh/authorized_keys:ro",
+               "-v", f"{mirror_dir(desc)}:{MIRROR_MOUNT}:ro",
+               *shared_mounts(desc),
+               image)
+    if info is None or info["State"]["Status"] != "running":  # type: ignore[index]
+        podman("start", name)
+
+
+def systemd_state(desc: Description, node: str) -> str:
+    proc = podman("exec", container_name(desc, node), "systemctl", "is-system-running",
+                  check=False, timeout=30)
+    return proc.stdout.strip() or "unknown"
+
+
+def exec_(desc: Description, node: str, argv: list[str], timeout: float = 120
+          ) -> subprocess.CompletedProcess[str]:
+    """Run argv inside a lab host through podman (no SSH); never raises on exit status."""
+    return podman("exec", container_name(desc, node), *argv, check=False, timeout=timeout)
+
+
+def ssh(desc: Description, node: str, command: str, timeout: float = 60
+        ) -> subprocess.CompletedProcess[str]:
+    """Run a shell command on a lab host over SSH, as Ansible does."""
+    addr = desc.nodes[node].addresses["management"]
+    return subprocess.run(["ssh", *ssh_args(desc), f"root@{addr}", command],
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _base_packages(image: str) -> set[str]:
+    """Packages a bare lab host already has (the mirror need not carry them)."""
+    path = image_tarball().with_suffix(".packages")
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)  # the image may predate this cache
+        proc = podman("run", "--rm", "--network", "none", image, "dpkg-query", "-W",
+                      "-f=${Package}\n")
+        path.write_text(proc.stdout)
+    return set(path.read_text().split())
+
+
+def ensure_mirror(desc: Description, image: str, report: Report) -> str:
+    """The lab's signed NVIDIA package mirror (see gpupool/lab/mirror.py); returns its key."""
+    debs = mirror.nvidia_debs(desc, _base_packages(image), report)
+    fixtures = cache_dir() / "fixture-debs"
+    fixtures.mkdir(parents=True, exist_ok=True)
+    debs += mirror.fixture_debs(desc, fixtures)
+    try:
+        return mirror.build(desc, mirror_dir(desc), debs, lab_dir(desc) / "gnupg")
+    except mirror.MirrorError as exc:
+        raise LabError(str(exc)) from exc
+
+
+def write_inventory(desc: Description, mirror_key: str) -> Path:
+    inv = inventory.build(desc, {
+        # NVIDIA's repositories are unreachable here: the lab's NVIDIA software comes from
+        # its own signed mirror (real driver packages, fixture toolkit and DCGM).
+        "nvidia_repo_source": "mirror",
+        "nvidia_repo_mirror_url": f"file:{MIRROR_MOUNT}",
+        "nvidia_repo_mirror_key": mirror_key,
+        "ansible_user": "root",
+        "ansible_ssh_private_key_file": str(key_path(desc)),
+        "ansible_ssh_common_args": " ".join(ssh_args(desc)[2:]),
+        "ansible_python_interpreter": "/usr/bin/python3",
+    })
+    path = inventory_path(desc)
+    text = "# Written by `gpupool lab up`; regenerated on every run.\n" + yaml.safe_dump(
+        inv, sort_keys=False)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    return path
+
+
+def up(desc: Description, report: Report = lambda _m: None, nodes: list[str] | None = None
+       ) -> LabState:
+    """Bring the lab to its described state; a second call changes nothing.
+
+    nodes: start only these hosts (the benchmark onboards subsets); default all."""
+    chosen = list(desc.nodes) if nodes is None else nodes
+    require_tools()
+    t: dict[str, float] = {}
+    start = time.monotonic()
+    ensure_key(desc)
+    image = build_image(report)
+    t["image_s"] = time.monotonic() - start
+    report(f"image {image} ready ({t['image_s']:.1f}s)")
+    key = ensure_mirror(desc, image, report)
+    report(f"package mirror {mirror_dir(desc).relative_to(PROJECT_ROOT)} ready")
+    nets = ensure_networks(desc)
+    report(f"networks {', '.join(f'{n} {c}' for n, c in nets.items())}")
+    for node in chosen:
+        ensure_host(desc, node, image)
+    for node in chosen:
+        wait_for(f"systemd on {node}",
+              lambda n=node: systemd_state(desc, n) in ("running", "degraded"), BOOT_WAIT_S)
+        wait_for(f"ssh on {node}", lambda n=node: ssh(desc, n, "true").returncode == 0, SSH_WAIT_S)
+        report(f"host {node} up ({', '.join(desc.nodes[node].addresses.values())})")
+    inv = write_inventory(desc, key)
+    t["up_s"] = time.monotonic() - start
+    report(f"inventory {inv.relative_to(PROJECT_ROOT)}; lab up in {t['up_s']:.1f}s")
+    state = status(desc)
+    state.timings = t
+    return state
+
+
+def status(desc: Description) -> LabState:
+    hosts: dict[str, HostState] = {}
+    for node, n in desc.nodes.items():
+        name = container_name(desc, node)
+        info = _inspect(name)
+        st = str(info["State"]["Status"]) if info else "absent"  # type: ignore[index]
+        hosts[node] = HostState(node, name, st, systemd_state(desc, node) if st == "running"
+                                else "down", dict(n.addresses))
+    nets = {}
+    for seg_name, seg in desc.network.segments.items():
+        name = network_name(desc, seg_name)
+        if podman("network", "exists", name, check=False).returncode == 0:
+            nets[name] = seg.cidr
+    inv = inventory_path(desc)
+    return LabState(desc.pool.name, image_ref(), nets, hosts,
+                    str(inv) if inv.exists() else "", str(key_path(desc)))
+
+
+def host_cpu_s(desc: Description, node: str) -> float | None:
+    """CPU seconds a running lab host has used since it started, from its cgroup's own
+    accounting (cgroup v1 cpuacct or v2 cpu.stat); None when it is not running."""
+    info = _inspect(container_name(desc, node))
+    if not info or info["State"]["Status"] != "running":  # type: ignore[index]
+        return None
+    path = str(info["State"]["CgroupPath"]).lstrip("/")  # type: ignore[index]
+    v1 = Path("/sys/fs/cgroup/cpuacct") / path / "cpuacct.usage"
+    if v1.exists():
+        return int(v1.read_text()) / 1e9
+    stat = dict(line.split() for line in (Path("/sys/fs/cgroup") / path / "cpu.stat")
+                .read_text().splitlines())
+    return int(stat["usage_usec"]) / 1e6
+
+
+def _cgroup_leftovers(ids: list[str]) -> list[Path]:
+    """cgroup directories (v1 hierarchies and v2) that still carry one of our container ids."""
+    found: list[Path] = []
+    root = Path("/sys/fs/cgroup")
+    for parent in [root, *(p for p in root.iterdir() if p.is_dir())]:
+        lp = parent / "libpod_parent"
+        if lp.is_dir():
+            found += [d for d in lp.iterdir() if any(i in d.name for i in ids)]
+    return found
+
+
+def _rmdir_tree(path: Path) -> None:
+    for sub in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        with contextlib.suppress(OSError):
+            sub.rmdir()
+    with contextlib.suppress(OSError):
+        path.rmdir()
+
+
+def down(desc: Description, report: Report = lambda _m: None) -> list[str]:
+    """Remove every host, network and cgroup the lab created; returns what was removed."""
+    require_tools()
+    removed: list[str] = []
+    proc = podman("ps", "-a", "--filter", f"label=gpupool.pool={desc.pool.name}",
+                  "--format", "{{.ID}} {{.Names}}")
+    rows = [line.split() for line in proc.stdout.splitlines() if line.strip()]
+    ids = [r[0] for r in rows]
+    full_ids = [str(i["Id"]) for n in (r[1] for r in rows) if (i := _inspect(n))]
+    if rows:
+        podman("rm", "-f", "-t", "5", *ids, timeout=120)
+        removed += [r[1] for r in rows]
+        report(f"removed hosts {', '.join(r[1] for r in rows)}")
+    proc = podman("network", "ls", "--filter", f"label=gpupool.pool={desc.pool.name}",
+                  "--format", "{{.Name}}")
+    nets = proc.stdout.split()
+    if nets:
+        podman("network", "rm", "-f", *nets)
+        removed += nets
+        report(f"removed networks {', '.join(nets)}")
+    for d in _cgroup_leftovers(full_ids):
+        _rmdir_tree(d)
+        removed.append(str(d))
+    left = _cgroup_leftovers(full_ids)
+    if left:
+        raise LabError(f"cgroups left behind: {', '.join(map(str, left))}")
+    return removed

@@ -1,0 +1,200 @@
+"""The lab's signed local apt mirror for NVIDIA software (shared/notes/nvidia-airgap.md).
+
+It carries the real NVIDIA driver userspace packages from Debian non-free (downloaded once
+through a private apt configuration, never touching the host's own sources, and cached
+under .cache/) plus FIXTURE packages under the names of NVIDIA-only software that no
+reachable repository serves here (nvidia-container-toolkit, datacenter-gpu-manager). The
+fixtures exist so that repository setup, pinning, holding, services and configuration are
+exercised; they contain no NVIDIA code and nothing about GPU behaviour follows from them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from gpupool.paths import PROJECT_ROOT
+from gpupool.spec.model import Description
+
+DEBIAN_SOURCES = """\
+deb http://deb.debian.org/debian bookworm main contrib non-free non-free-firmware
+deb http://deb.debian.org/debian bookworm-updates main contrib non-free non-free-firmware
+deb http://deb.debian.org/debian-security bookworm-security main contrib non-free
+"""
+KEY_NAME = "gpupool-lab-mirror.asc"
+FIXTURE_MARK = "FIXTURE built by gpupool for the lab: not NVIDIA software; no GPU behaviour"
+
+
+class MirrorError(RuntimeError):
+    pass
+
+
+def _run(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd,
+                          timeout=900, check=False)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        raise MirrorError(f"{' '.join(argv[:3])} failed ({proc.returncode}): " + " | ".join(tail))
+    return proc.stdout
+
+
+def driver_packages() -> list[str]:
+    """The driver role's own package list for Debian sources (roles/nvidia_driver/vars)."""
+    data = yaml.safe_load((PROJECT_ROOT / "roles/nvidia_driver/vars/Debian.yml").read_text())
+    return list(data["nvidia_driver_debian_packages"])
+
+
+class PrivateApt:
+    """apt-get/apt-cache against Debian with non-free enabled, in a directory of its own."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        (root / "lists" / "partial").mkdir(parents=True, exist_ok=True)
+        (root / "cache" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
+        (root / "sources.list").write_text(DEBIAN_SOURCES)
+        self.opts = [f"-o=Dir::Etc::SourceList={root}/sources.list",
+                     "-o=Dir::Etc::SourceParts=/dev/null",
+                     f"-o=Dir::State::Lists={root}/lists", f"-o=Dir::Cache={root}/cache",
+                     "-o=APT::Get::List-Cleanup=0"]
+
+    def update(self) -> None:
+        _run(["apt-get", *self.opts, "-qq", "update"])
+
+    def closure(self, packages: list[str]) -> list[str]:
+        out = _run(["apt-cache", *self.opts, "depends", "--recurse", "--no-recommends",
+                    "--no-suggests", "--no-conflicts", "--no-breaks", "--no-replaces",
+                    "--no-enhances", *packages])
+        return sorted({ln.strip() for ln in out.splitlines()
+                       if ln and not ln.startswith(" ") and "<" not in ln})
+
+    def download(self, packages: list[str], dest: Path) -> None:
+        _run(["apt-get", *self.opts, "-qq", "download", *packages], cwd=dest)
+
+
+def nvidia_debs(desc: Description, base_packages: set[str], report: Callable[[str], None]
+                ) -> list[Path]:
+    """The driver packages and the dependencies a bare lab host lacks, cached by version."""
+    wanted = driver_packages()
+    key = hashlib.sha256(repr((wanted, sorted(base_packages))).encode()).hexdigest()[:12]
+    cache = PROJECT_ROOT / ".cache" / "nvidia-debs" / f"{desc.software.nvidia_driver}-{key}"
+    if not (cache / ".complete").exists():
+        report(f"downloading NVIDIA {desc.software.nvidia_driver} packages from Debian non-free")
+        apt = PrivateApt(PROJECT_ROOT / ".cache" / "apt-nonfree")
+        apt.update()
+        needed = [p for p in apt.closure(wanted) if p not in base_packages]
+        tmp = cache.with_name(cache.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        apt.download(needed, tmp)
+        smi = list(tmp.glob("nvidia-smi_*.deb"))
+        if not smi or not smi[0].name.startswith(f"nvidia-smi_{desc.software.nvidia_driver}-"):
+            raise MirrorError(f"Debian non-free serves {[p.name for p in smi]}, the software "
+                              f"lock says nvidia_driver {desc.software.nvidia_driver}")
+        (tmp / ".complete").write_text("\n".join(needed) + "\n")
+        shutil.rmtree(cache, ignore_errors=True)
+        tmp.rename(cache)
+    return sorted(cache.glob("*.deb"))
+
+
+def _fixture_files(desc: Description) -> dict[str, tuple[str, dict[str, str]]]:
+    """name -> (Debian version, {path: content}) of each fixture package."""
+    banner = f"#!/bin/sh\n# {FIXTURE_MARK}\n"
+    return {
+        "nvidia-container-toolkit": (f"{desc.software.container_toolkit}-1", {
+            "usr/bin/nvidia-ctk": banner + 'echo "nvidia-ctk fixture: $*" >&2\nexit 1\n',
+        }),
+        "datacenter-gpu-manager": (f"1:{desc.software.dcgm}", {
+            # A long-running process so that the service unit and its supervision are
+            # exercised; it serves nothing.
+            "usr/bin/nv-hostengine": banner + 'echo "nv-hostengine fixture" >&2\n'
+                                              "exec sleep infinity\n",
+            "usr/bin/dcgmi": banner + 'echo "dcgmi fixture: no DCGM in the lab" >&2\nexit 1\n',
+            "lib/systemd/system/nvidia-dcgm.service":
+                "[Unit]\nDescription=NVIDIA DCGM host engine (" + FIXTURE_MARK + ")\n"
+                "[Service]\nExecStart=/usr/bin/nv-hostengine -n\nRestart=on-failure\n"
+                "[Install]\nWantedBy=multi-user.target\n",
+        }),
+    }
+
+
+def fixture_debs(desc: Description, dest: Path) -> list[Path]:
+    built = []
+    for name, (version, files) in _fixture_files(desc).items():
+        deb = dest / f"{name}_{version.replace(':', '%3a')}_amd64.deb"
+        built.append(deb)
+        if deb.exists():
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            for rel, content in files.items():
+                path = root / rel
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(content)
+                path.chmod(0o755 if rel.startswith("usr/bin") else 0o644)
+            (root / "DEBIAN").mkdir()
+            (root / "DEBIAN" / "control").write_text(
+                f"Package: {name}\nVersion: {version}\nArchitecture: amd64\n"
+                f"Maintainer: gpupool lab <lab@gpupool.invalid>\n"
+                f"Description: {FIXTURE_MARK}\n")
+            _run(["dpkg-deb", "--root-owner-group", "-b", str(root), str(deb)])
+    return built
+
+
+def _gpg_env(home: Path) -> dict[str, str]:
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return {**os.environ, "GNUPGHOME": str(home)}
+
+
+def _signing_key(home: Path) -> dict[str, str]:
+    env = _gpg_env(home)
+    if not _run(["gpg", "--batch", "--list-secret-keys"], env=env).strip():
+        _run(["gpg", "--batch", "--passphrase", "", "--quick-gen-key",
+              "gpupool lab mirror <lab@gpupool.invalid>", "ed25519", "sign", "never"], env=env)
+    return env
+
+
+def build(desc: Description, mirror: Path, debs: list[Path], gnupg: Path) -> str:
+    """A flat, signed apt repository at mirror holding debs; returns the armored public key.
+
+    Re-indexes only when the set of packages changed, so `lab up` stays idempotent."""
+    pool = mirror / "pool"
+    pool.mkdir(parents=True, exist_ok=True)
+    names = {d.name for d in debs}
+    for old in pool.glob("*.deb"):
+        if old.name not in names:
+            old.unlink()
+    for deb in debs:
+        target = pool / deb.name
+        if not target.exists():
+            try:
+                os.link(deb, target)
+            except OSError:
+                shutil.copy2(deb, target)
+    env = _signing_key(gnupg)
+    stamp = hashlib.sha256(repr(sorted(names)).encode()).hexdigest()
+    if (mirror / ".stamp").exists() and (mirror / ".stamp").read_text() == stamp:
+        return (mirror / KEY_NAME).read_text()
+    packages = _run(["apt-ftparchive", "packages", "pool"], cwd=mirror)
+    (mirror / "Packages").write_text(packages)
+    # Release is written via a temporary file, or it would list itself in its checksums.
+    release = _run(["apt-ftparchive", "-o", f"APT::FTPArchive::Release::Origin=gpupool-"
+                    f"{desc.pool.name}", "-o", "APT::FTPArchive::Release::Label=gpupool lab",
+                    "release", "."], cwd=mirror)
+    (mirror / "Release").write_text(release)
+    for f in ("InRelease", "Release.gpg"):
+        (mirror / f).unlink(missing_ok=True)
+    _run(["gpg", "--batch", "--yes", "--clearsign", "-o", "InRelease", "Release"],
+         env=env, cwd=mirror)
+    _run(["gpg", "--batch", "--yes", "-abs", "-o", "Release.gpg", "Release"], env=env,
+         cwd=mirror)
+    key = _run(["gpg", "--batch", "--armor", "--export"], env=env)
+    (mirror / KEY_NAME).write_text(key)
+    (mirror / ".stamp").write_text(stamp)
+    return key

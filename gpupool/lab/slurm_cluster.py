@@ -1,0 +1,172 @@
+"""The lab's real Slurm: bring-up with the project's own roles, and the operator's commands
+on its controller. The drills, the policy replay and the integration tests share it.
+
+Everything runs on the lab hosts (podman exec) or against them over SSH (Ansible); jobs
+are submitted as root on behalf of the teams (root is added to every team account).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpupool.lab import hosts
+from gpupool.paths import ANSIBLE_CONFIG, PROJECT_ROOT
+from gpupool.render import slurm
+from gpupool.spec.facts import controller
+from gpupool.spec.model import Description
+
+PLAYBOOK_TIMEOUT_S = 1200
+JOB_SCRIPT = "/var/lib/gpupool/jobs/job.sh"  # on the controller; sbatch copies it
+
+
+class SlurmLabError(RuntimeError):
+    """The lab's Slurm did not reach the state asked for; the message says which."""
+
+
+wait_for = hosts.wait_for  # one bounded poll for every lab user
+
+
+def playbook(desc: Description, name: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    """Run one of the project's playbooks against the lab (its inventory carries every
+    variable the roles need, the Slurm policy included)."""
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE_CONFIG),
+           "ANSIBLE_ROLES_PATH": str(PROJECT_ROOT / "roles")}
+    return subprocess.run(
+        [str(PROJECT_ROOT / ".venv" / "bin" / "ansible-playbook"), "-i",
+         str(hosts.inventory_path(desc)), str(PROJECT_ROOT / "playbooks" / name), *extra],
+        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
+        timeout=PLAYBOOK_TIMEOUT_S, check=False)
+
+
+class SlurmLab:
+    """Commands on the lab's controller, as an operator would type them."""
+
+    def __init__(self, desc: Description) -> None:
+        self.desc = desc
+        self.ctl = controller(desc)
+
+    def sh(self, cmd: str, node: str | None = None, check: bool = True,
+           timeout: float = 60) -> str:
+        host = node or self.ctl
+        proc = hosts.exec_(self.desc, host, ["bash", "-c", cmd], timeout=timeout)
+        if check and proc.returncode != 0:
+            raise SlurmLabError(f"{host}: {cmd}: exit {proc.returncode}: "
+                                f"{proc.stderr}{proc.stdout}")
+        return proc.stdout
+
+    def write(self, path: str, text: str, node: str | None = None) -> None:
+        self.sh(f"mkdir -p {shlex.quote(str(Path(path).parent))} && "
+                f"cat > {shlex.quote(path)} <<'GPUPOOL_EOF'\n{text}\nGPUPOOL_EOF", node)
+
+    def sbatch(self, *args: str, script: str, env: dict[str, str] | None = None) -> str:
+        self.write(JOB_SCRIPT, script)
+        exports = ",".join(["ALL", *(f"{k}={v}" for k, v in (env or {}).items())])
+        out = self.sh(f"sbatch --parsable --export={shlex.quote(exports)} "
+                      f"{' '.join(args)} {JOB_SCRIPT}")
+        return out.strip().split(";")[0]
+
+    def job(self, jid: str) -> dict[str, str]:
+        out = self.sh(f"scontrol -o show job {jid}")
+        return dict(p.split("=", 1) for p in out.split() if "=" in p)
+
+    def state(self, jid: str) -> str:
+        return self.job(jid)["JobState"]
+
+    def sacct(self, jid: str, fields: str = "State,Start,End,NodeList,Submit") -> list[dict]:
+        names = fields.split(",")
+        out = self.sh(f"sacct -n -P -X -D -j {jid} -o {fields}")
+        return [dict(zip(names, line.split("|"), strict=True)) for line in out.splitlines()]
+
+    def node_states(self) -> dict[str, str]:
+        out = self.sh("sinfo -N -h -o '%N %T'")
+        return dict(line.split() for line in out.splitlines())
+
+    def reset_usage(self, accounts: list[str]) -> None:
+        """Forget the accounts' fairshare history (what earlier jobs, drills or replays left),
+        and wait until sshare shows every row of them at zero."""
+        names = ",".join(accounts)
+        self.sh(f"sacctmgr -i modify account name={names} set RawUsage=0")
+        self.sh(f"sacctmgr -i modify user name=root account={names} set RawUsage=0")
+
+        def cleared() -> bool:
+            rows = (line.split("|") for line in
+                    self.sh("sshare -n -P -a -o Account,RawUsage").splitlines())
+            return all(float(usage) == 0 for account, usage in rows
+                       if account.strip() in accounts)
+
+        wait_for("the accounts' usage reset", cleared, 30)
+
+    def cancel_all(self) -> None:
+        # A job that requeues itself on SIGTERM (the job convention) comes back pending
+        # from the first scancel; the next one cancels it for good.
+        def gone() -> bool:
+            self.sh("scancel --user=root; true")
+            return not self.sh("squeue -h -o %i").strip()
+
+        wait_for("all jobs gone", gone, 60)
+
+
+def onprem_nodes(desc: Description) -> list[str]:
+    return [n.name for n in slurm.nodes(desc) if not n.cloud]
+
+
+# (pool, playbook) -> the lab containers it was converged on in this process: a second
+# bring-up on the same hosts skips the converge (tests share one lab across modules).
+_CONVERGED: dict[tuple[str, str], tuple[str, ...]] = {}
+
+
+def _container_ids(desc: Description) -> tuple[str, ...]:
+    proc = hosts.podman("inspect", "-f", "{{.Id}}",
+                      *(hosts.container_name(desc, n) for n in desc.nodes), check=False)
+    return tuple(proc.stdout.split())
+
+
+def mark_converged(desc: Description, book: str) -> None:
+    """Record that `book` was just converged on the lab's current hosts."""
+    _CONVERGED[(desc.pool.name, book)] = _container_ids(desc)
+
+
+def ready(desc: Description) -> SlurmLab:
+    """The converged lab's Slurm, ready for jobs: root in every team account, on-prem
+    nodes idle."""
+    s = SlurmLab(desc)
+    # "Nothing new added" (exit 1) when root is already there: check the outcome instead.
+    s.sh(f"sacctmgr -i add user root account={','.join(desc.teams)}", check=False)
+    have = set(s.sh("sacctmgr -n -P show assoc user=root format=account").split())
+    if missing := set(desc.teams) - have:
+        raise SlurmLabError(f"root is not in the team accounts {sorted(missing)}")
+    wait_for("on-prem nodes idle", lambda: all(
+        s.node_states().get(n) == "idle" for n in onprem_nodes(desc)), 90)
+    return s
+
+
+def bring_up(desc: Description, *, site: bool = False,
+             report: Callable[[str], None] = lambda _m: None) -> tuple[SlurmLab, dict[str, Any]]:
+    """Lab hosts up, the Slurm role (or, with site, every role) converged, root
+    in every team account, on-prem nodes idle. Idempotent. Returns the timings."""
+    figures: dict[str, Any] = {}
+    start = time.monotonic()
+    hosts.up(desc, report)
+    figures["lab_up_s"] = round(time.monotonic() - start, 1)
+    ids = _container_ids(desc)
+    book = "site.yml" if site else "slurm.yml"  # site.yml ends with slurm.yml
+    done = {b for (pool, b), on in _CONVERGED.items() if pool == desc.pool.name and on == ids}
+    if book in done or "site.yml" in done:
+        report(f"{book} already converged on these hosts")
+    else:
+        t = time.monotonic()
+        proc = playbook(desc, book)
+        if proc.returncode != 0:
+            raise SlurmLabError(f"{book} failed:\n{proc.stdout[-4000:]}{proc.stderr[-2000:]}")
+        _CONVERGED[(desc.pool.name, book)] = ids
+        figures["converge_s"] = round(time.monotonic() - t, 1)
+        report(f"{book} converged in {figures['converge_s']}s")
+    s = ready(desc)
+    figures["bring_up_s"] = round(time.monotonic() - start, 1)
+    return s, figures

@@ -1,0 +1,277 @@
+"""The AWS side of a pool as plain data: names, tags, subnets, firewall rules, lifecycle.
+
+The Pulumi program turns these into resources and the policy pack checks resources
+against them, so both read one derivation of the description.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import ipaddress
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from gpupool.spec.catalog import INSTANCE_TYPES
+from gpupool.spec.model import BurstGroup, Description, Purpose, StorageTier, Temperature
+
+# Tag keys on every taggable AWS resource; Kubernetes objects carry the same as labels.
+TAG_POOL, TAG_TEAM, TAG_COST_CENTRE = "pool", "team", "cost-centre"
+LABEL_PREFIX = "gpupool.io/"
+SHARED = "shared"  # the team tag of resources every team uses
+S3_ENDPOINT_PEER = "s3-endpoint"  # the peer tag of the one rule that is not a flow
+S3_ENDPOINT_PORT = 443
+
+# Buckets exist for these purposes; scratch is a file system, not a bucket.
+BUCKET_PURPOSES = (Purpose.DATASETS, Purpose.CHECKPOINTS, Purpose.ARCHIVE)
+# Product constants, not pool facts: S3 rejects STANDARD_IA before day 30 and bills
+# GLACIER for 90 days and DEEP_ARCHIVE for 180 days at least.
+STANDARD_IA_MIN_DAYS = 30
+DEEP_ARCHIVE_MIN_DAYS = 180
+ABORT_MULTIPART_DAYS = 7  # a failed upload's parts are garbage after a week
+ROOT_VOLUME_GIB = 200  # OS, drivers and container image cache
+# Canonical's Ubuntu 24.04 images, looked up by owner and name pattern (pinned here only).
+AMI_OWNER = "099720109477"
+AMI_NAME = "ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-*"
+# FSx for Lustre SCRATCH_2 sizes: 1.2 TiB, then multiples of 2.4 TiB.
+FSX_MIN_GIB, FSX_STEP_GIB = 1200, 2400
+
+
+def tags(desc: Description, team: str | None = None, **extra: str) -> dict[str, str]:
+    """Pool tags; a team's own cost centre when the resource belongs to one team."""
+    cost = desc.teams[team].cost_centre if team else desc.pool.cost_centre
+    return {TAG_POOL: desc.pool.name, TAG_TEAM: team or SHARED, TAG_COST_CENTRE: cost,
+            **extra}
+
+
+@functools.cache
+def aws_taggable(type_token: str) -> bool:
+    """Whether an AWS resource type takes tags: its pulumi_aws class has a tags argument.
+
+    'aws:ec2/vpc:Vpc' -> pulumi_aws.ec2.Vpc; providers and other packages are not AWS
+    resources."""
+    pkg, _, rest = type_token.partition(":")
+    if pkg != "aws" or ":" not in rest:
+        return False
+    module, _, cls = rest.partition(":")
+    klass = getattr(importlib.import_module(f"pulumi_aws.{module.split('/')[0]}"), cls)
+    return "tags" in inspect.signature(klass._internal_init).parameters
+
+
+def labels(desc: Description, team: str | None = None) -> dict[str, str]:
+    return {LABEL_PREFIX + k: v for k, v in tags(desc, team).items()}
+
+
+def regions(desc: Description) -> list[str]:
+    """Regions that get a VPC: every burst region (sorted for stable names)."""
+    return sorted({g.region for g in desc.burst_groups.values()})
+
+
+def region_zones(desc: Description, region: str) -> list[str]:
+    zones: list[str] = []
+    for g in desc.burst_groups.values():
+        if g.region == region:
+            zones += [z for z in g.availability_zones if z not in zones]
+    return sorted(zones)
+
+
+def subnets(desc: Description, region: str) -> dict[tuple[str, str], str]:
+    """(segment, zone) -> CIDR: each segment's cloud CIDR split into equal blocks, one
+    per zone in sorted order (at least 4 blocks, so a zone can be added later)."""
+    zones = region_zones(desc, region)
+    out: dict[tuple[str, str], str] = {}
+    for seg, s in sorted(desc.network.segments.items()):
+        if s.cloud_cidr is None:
+            continue
+        net = ipaddress.ip_network(s.cloud_cidr)
+        bits = max(2, math.ceil(math.log2(max(1, len(zones)))))
+        parts = list(net.subnets(prefixlen_diff=bits))
+        for i, zone in enumerate(zones):
+            out[(seg, zone)] = str(parts[i])
+    return out
+
+
+def vpc_cidrs(desc: Description) -> list[str]:
+    return [s.cloud_cidr for _, s in sorted(desc.network.segments.items()) if s.cloud_cidr]
+
+
+@dataclass(frozen=True)
+class FirewallRule:
+    """One allowed path into a segment's security group (or out of one, for egress)."""
+
+    segment: str  # the security group the rule belongs to
+    direction: str  # ingress | egress
+    peer_segment: str | None  # the other side's security group, or
+    peer_cidr: str | None  # the other side's address block
+    protocol: str  # tcp | udp | -1 (all)
+    port: int | None
+    flow: int  # index into network.flows, for the rule's description
+
+    @property
+    def key(self) -> str:
+        peer = self.peer_segment or self.peer_cidr or ""
+        port = "all" if self.port is None else str(self.port)
+        peer = peer.replace("/", "_").replace(".", "-")
+        return f"{self.segment}-{self.direction[:2]}-{peer}-{self.protocol}-{port}"
+
+
+def onprem_sources(desc: Description, segment: str) -> list[str]:
+    """On-prem address blocks a segment's traffic comes from: management comes only from
+    the declared admin CIDRs; other segments from their on-prem CIDR."""
+    if segment == "management":
+        return list(desc.network.admin_cidrs)
+    return [desc.network.segments[segment].cidr]
+
+
+def firewall_rules(desc: Description) -> list[FirewallRule]:
+    """Security group rules, exactly the declared flows: ingress on the target segment from
+    the source segment's group and on-prem blocks, egress mirrored on the source."""
+    rules: set[FirewallRule] = set()
+    for i, flow in enumerate(desc.network.flows):
+        protocol = "-1" if flow.protocol == "all" else flow.protocol
+        ports: list[int | None] = [None] if protocol == "-1" else list(flow.ports)
+        for port in ports:
+            rules.add(FirewallRule(flow.to, "ingress", flow.from_, None, protocol, port, i))
+            rules.add(FirewallRule(flow.from_, "egress", flow.to, None, protocol, port, i))
+            for cidr in onprem_sources(desc, flow.from_):
+                rules.add(FirewallRule(flow.to, "ingress", None, cidr, protocol, port, i))
+            for cidr in onprem_sources(desc, flow.to):
+                rules.add(FirewallRule(flow.from_, "egress", None, cidr, protocol, port, i))
+    # Two flows can imply the same rule; keep the first flow's.
+    first: dict[str, FirewallRule] = {}
+    for r in sorted(rules, key=lambda r: (r.flow, r.key)):
+        first.setdefault(r.key, r)
+    return sorted(first.values(), key=lambda r: r.key)
+
+
+def bucket_tiers(desc: Description) -> dict[str, StorageTier]:
+    return {n: t for n, t in desc.storage_tiers.items() if t.purpose in BUCKET_PURPOSES}
+
+
+def burst_name(desc: Description, group: str) -> str:
+    """Name of a burst group's launch template, placement group and autoscaling group:
+    the Pulumi program declares them, the Slurm resume program launches from them."""
+    return f"{desc.pool.name}-{group}"
+
+
+def bucket_name(desc: Description, tier: str) -> str:
+    """Globally unique by pool, tier and home region."""
+    return f"{desc.pool.name}-{tier}-{desc.pool.cloud_region}"
+
+
+def tier_of_bucket(desc: Description, bucket: str) -> str | None:
+    return next((t for t in bucket_tiers(desc) if bucket_name(desc, t) == bucket), None)
+
+
+def storage_class(temperature: Temperature, after_days: int, retention_days: int) -> str | None:
+    """The S3 storage class for a temperature reached after_days into an object's life."""
+    if temperature is Temperature.HOT:
+        return None  # STANDARD: where objects start
+    if temperature is Temperature.WARM:
+        return "STANDARD_IA" if after_days >= STANDARD_IA_MIN_DAYS else "INTELLIGENT_TIERING"
+    if retention_days - after_days >= DEEP_ARCHIVE_MIN_DAYS:
+        return "DEEP_ARCHIVE"
+    return "GLACIER"
+
+
+def transitions(tier: StorageTier) -> list[dict[str, Any]]:
+    """(days, storage class) steps: the tier's own temperature from day 0, then the
+    declared lifecycle."""
+    steps = [(0, tier.temperature), *((t.after_days, t.temperature) for t in tier.lifecycle)]
+    out = []
+    for days, temp in steps:
+        cls = storage_class(temp, days, tier.retention_days)
+        if cls is not None:
+            out.append({"days": days, "storageClass": cls})
+    return out
+
+
+def lifecycle_rules(tier_name: str, tier: StorageTier) -> list[dict[str, Any]]:
+    """S3 lifecycle rules (engine names) derived from a tier's retention and lifecycle."""
+    rule: dict[str, Any] = {
+        "id": f"{tier_name}-retention",
+        "status": "Enabled",
+        "filter": {"prefix": ""},
+        "expiration": {"days": tier.retention_days},
+        "abortIncompleteMultipartUpload": {"daysAfterInitiation": ABORT_MULTIPART_DAYS},
+    }
+    steps = transitions(tier)
+    if steps:
+        rule["transitions"] = steps
+    if tier.versioning:
+        rule["noncurrentVersionExpiration"] = {"noncurrentDays": tier.retention_days}
+    return [rule]
+
+
+def scratch_tier(desc: Description) -> tuple[str, StorageTier] | None:
+    """The scratch tier served by FSx for Lustre, if the description declares one."""
+    for name, t in desc.storage_tiers.items():
+        if t.purpose is Purpose.SCRATCH and t.mount is not None and t.mount.fstype == "lustre":
+            return name, t
+    return None
+
+
+def fsx_capacity_gib(size_tib: float) -> int:
+    gib = size_tib * 1024
+    if gib <= FSX_MIN_GIB:
+        return FSX_MIN_GIB
+    return math.ceil(gib / FSX_STEP_GIB) * FSX_STEP_GIB
+
+
+def efa_interfaces(group: BurstGroup) -> int:
+    """EFA interfaces a launch template can attach: what every fallback type supports."""
+    if not group.efa:
+        return 0
+    return min(INSTANCE_TYPES[t].efa_interfaces for t in group.instance_types)
+
+
+def group_zones(group: BurstGroup) -> list[str]:
+    """A cluster placement group lives in one zone: EFA groups use the first declared
+    zone; others spread over all of them."""
+    return group.availability_zones[:1] if group.efa else list(group.availability_zones)
+
+
+def group_teams(desc: Description, group: BurstGroup) -> list[str]:
+    """Teams whose checkpoints a group's nodes may write."""
+    return [group.team] if group.team else list(desc.teams)
+
+
+def node_policy(desc: Description, group: BurstGroup, datasets_arn: str,
+                checkpoints_arn: str | None, key_arn: str) -> dict[str, Any]:
+    """Least privilege for a burst node: read datasets, read/write its teams' checkpoint
+    prefixes, use the pool key for those objects."""
+    statements: list[dict[str, Any]] = [
+        {"Sid": "ReadDatasets", "Effect": "Allow",
+         "Action": ["s3:GetObject", "s3:ListBucket"],
+         "Resource": [datasets_arn, f"{datasets_arn}/*"]},
+        {"Sid": "UsePoolKey", "Effect": "Allow",
+         "Action": ["kms:Decrypt", "kms:GenerateDataKey"], "Resource": [key_arn]},
+    ]
+    if checkpoints_arn is not None:
+        prefixes = [f"{t}/*" for t in group_teams(desc, group)]
+        statements += [
+            {"Sid": "ListCheckpoints", "Effect": "Allow", "Action": ["s3:ListBucket"],
+             "Resource": [checkpoints_arn],
+             "Condition": {"StringLike": {"s3:prefix": prefixes}}},
+            {"Sid": "ReadWriteCheckpoints", "Effect": "Allow",
+             "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject",
+                        "s3:AbortMultipartUpload"],
+             "Resource": [f"{checkpoints_arn}/{p}" for p in prefixes]},
+        ]
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
+def user_data(desc: Description, name: str, group: BurstGroup) -> str:
+    """cloud-init that leaves the facts onboarding needs on the node; the onboarding play
+    finds nodes by their burst-group tag and reads these facts."""
+    facts = {"pool": desc.pool.name, "burst_group": name, "team": group.team or SHARED,
+             "domain": desc.pool.domain, "gpus": INSTANCE_TYPES[group.instance_types[0]].gpus,
+             "gpu_model": INSTANCE_TYPES[group.instance_types[0]].gpu_model}
+    lines = ["#!/bin/bash", "set -euo pipefail", "install -d -m 0755 /etc/gpupool",
+             "cat > /etc/gpupool/burst.json <<'EOF'",
+             json.dumps(facts, sort_keys=True),
+             "EOF"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,105 @@
+"""The Ansible inventory derived from a pool description.
+
+Groups: role_*, class_*, site_*, leaf_*, rack_*, team_* (a node's owner team), gpu_*
+(GPU model) and burst_* (cloud nodes join these when they register). Group names use
+underscores because Ansible rejects '-' in them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpupool.render import flows, slurm
+from gpupool.spec.facts import gpu_capacity, rack_places
+from gpupool.spec.model import Description
+
+
+def group_name(prefix: str, name: str) -> str:
+    return f"{prefix}_{name.replace('-', '_').replace('.', '_')}"
+
+
+def pool_vars(desc: Description) -> dict[str, Any]:
+    """Variables every host sees: the pool-wide parts of the description."""
+    return {
+        "gpupool_pool": desc.pool.model_dump(mode="json"),
+        "gpupool_software": desc.software.model_dump(mode="json"),
+        "gpupool_segments": {
+            n: s.model_dump(mode="json") for n, s in desc.network.segments.items()},
+        "gpupool_flows": [f.model_dump(mode="json", by_alias=True) for f in desc.network.flows],
+        "gpupool_admin_cidrs": list(desc.network.admin_cidrs),
+        "gpupool_teams": {n: t.model_dump(mode="json") for n, t in desc.teams.items()},
+        "gpupool_task_classes": {
+            n: c.model_dump(mode="json") for n, c in desc.task_classes.items()},
+        "gpupool_storage_tiers": {
+            n: t.model_dump(mode="json") for n, t in desc.storage_tiers.items()},
+        "gpupool_gpu_capacity": gpu_capacity(desc),
+        # The scheduler policy the slurm role applies (gpupool/render/slurm.py).
+        "gpupool_slurm": slurm.plan(desc),
+        **({"gpupool_description_file": str(desc.source)} if desc.source else {}),
+    }
+
+
+def host_vars(desc: Description, name: str) -> dict[str, Any]:
+    node = desc.nodes[name]
+    place = rack_places(desc)[node.rack]
+    cls = desc.node_classes[node.class_]
+    return {
+        "ansible_host": node.addresses["management"],
+        "gpupool_node": {
+            "name": name,
+            "class": node.class_,
+            "roles": [r.value for r in node.roles],
+            "site": place.site,
+            "leaf": place.leaf,
+            "rack": node.rack,
+            "owner_team": node.owner_team,
+            "addresses": dict(node.addresses),
+            "gpu": cls.gpu.model_dump(mode="json") if cls.gpu else None,
+            "nics": [n.model_dump(mode="json") for n in cls.nics],
+            "cpus": cls.cpus,
+            "memory_gib": cls.memory_gib,
+            "nvme": cls.nvme.model_dump(mode="json"),
+            # Inbound firewall allowances from the declared flows (gpupool/render/flows.py).
+            "inbound": flows.inbound_vars(desc, name),
+        },
+    }
+
+
+def build(desc: Description, extra_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An inventory in Ansible's YAML inventory format."""
+    groups: dict[str, set[str]] = {}
+    places = rack_places(desc)
+
+    def add(group: str, host: str | None = None) -> None:
+        members = groups.setdefault(group, set())
+        if host is not None:
+            members.add(host)
+
+    for name, node in desc.nodes.items():
+        place = places[node.rack]
+        for role in node.roles:
+            add(group_name("role", role.value), name)
+        add(group_name("class", node.class_), name)
+        add(group_name("site", place.site), name)
+        add(group_name("leaf", place.leaf), name)
+        add(group_name("rack", node.rack), name)
+        if node.owner_team:
+            add(group_name("team", node.owner_team), name)
+        gpu = desc.node_classes[node.class_].gpu
+        if gpu is not None:
+            add(group_name("gpu", gpu.model), name)
+    for team in desc.teams:
+        add(group_name("team", team))
+    for burst in desc.burst_groups:
+        add(group_name("burst", burst))
+
+    children: dict[str, Any] = {
+        g: ({"hosts": dict.fromkeys(sorted(h))} if h else {}) for g, h in sorted(groups.items())
+    }
+    return {
+        "all": {
+            "hosts": {n: host_vars(desc, n) for n in desc.nodes},
+            "vars": {**pool_vars(desc), **(extra_vars or {})},
+            "children": children,
+        }
+    }

@@ -1,0 +1,50 @@
+"""One model of teams and task classes for every scheduler gpupool renders.
+
+Slurm (accounts, QOS, partitions) and Kueue (ClusterQueues, WorkloadPriorityClasses) are
+both rendered from these objects, never from the description directly, so the two can
+be checked to agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpupool.spec.model import Description, duration_seconds
+
+
+@dataclass(frozen=True)
+class ClassPolicy:
+    name: str
+    priority: int
+    max_runtime_s: int
+    preemptible: bool
+    requeue: bool
+    grace_s: int
+    preempts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TeamQuota:
+    team: str
+    model: str
+    nominal: int  # GPUs guaranteed to the team
+    borrowing: int  # GPUs it may take beyond that from idle capacity
+
+
+def class_policies(desc: Description) -> list[ClassPolicy]:
+    """Task classes, highest priority first."""
+    return sorted(
+        (ClassPolicy(name, c.priority, duration_seconds(c.max_runtime), c.preemptible,
+                     c.requeue, duration_seconds(c.grace_time), tuple(c.preempts))
+         for name, c in desc.task_classes.items()),
+        key=lambda c: -c.priority)
+
+
+def team_quotas(desc: Description) -> list[TeamQuota]:
+    return [TeamQuota(team, model, gpus, t.borrowing_limit.get(model, 0))
+            for team, t in desc.teams.items() for model, gpus in t.quota.items()]
+
+
+def preemption_pairs(desc: Description) -> set[tuple[str, str]]:
+    """(preemptor, victim) class pairs the policy allows."""
+    return {(c.name, v) for c in class_policies(desc) for v in c.preempts}

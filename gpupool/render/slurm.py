@@ -1,0 +1,421 @@
+"""Slurm policy rendered from the scheduling model and the description's facts.
+
+Pure functions: a Description in, configuration lines and an accounting plan out. The
+`slurm` Ansible role writes them into files next to its own daemon settings (ports, paths,
+users), so every value that comes from the pool description is computed here once.
+
+Policy choices (see roles/slurm/README.md for the why):
+- one partition per task class; PriorityTier = class priority and
+  preempt/partition_prio: a higher tier preempts a lower one only where the lower
+  partition is preemptible (PreemptMode=REQUEUE, GraceTime from the description);
+- one QOS per class (partition QOS) carrying MaxWall, so limits show in sacctmgr;
+- one account per team: GrpTRES = quota + borrowing limit (the most GPUs a team may hold
+  at once, as Kueue's nominal quota + borrowing limit), fairshare shares = quota, usage
+  counted in GPU-seconds (TRESBillingWeights);
+- burst groups as State=CLOUD nodes with power saving; on-prem nodes never suspend. Cloud
+  nodes serve every class but the top one: its jobs must start in seconds, so on a full
+  pool they preempt rather than wait minutes for a cloud node to boot (Slurm would pick a
+  powered-down node over preemption).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from gpupool.render import cloud
+from gpupool.render.scheduling import ClassPolicy, class_policies, preemption_pairs, team_quotas
+from gpupool.spec.facts import (
+    burst_capacity_split,
+    burst_gpus_per_node,
+    burst_instance_types,
+    burst_model,
+    controller,
+    gpu_nodes,
+    rack_places,
+)
+from gpupool.spec.model import Capacity, Description, NodeRole
+
+# Slurm caps PriorityTier and PriorityJobFactor at this value.
+MAX_TIER = 65533
+# Usable memory is below the installed amount (kernel, firmware, daemons); a node that
+# reports less than RealMemory is drained, so declare a little less than installed.
+USABLE_MEMORY = 0.95
+# Where the role installs the burst programs on the controller.
+RESUME_PROGRAM = "/usr/local/sbin/gpupool-burst-resume"
+SUSPEND_PROGRAM = "/usr/local/sbin/gpupool-burst-suspend"
+BURST_CONFIG = "/etc/slurm/gpupool-burst.json"
+BILLING = "CPU=0,GRES/gpu=1"  # fairshare on GPU-seconds only
+GPU_DEVICE = "/dev/nvidia{}"
+
+# Daemon tuning by environment. The lab runs in unprivileged containers (no cgroup
+# writes, fewer cores than declared) and wants fast turnaround for its tests.
+TUNING: dict[str, dict[str, str]] = {
+    "lab": {
+        "ProctrackType": "proctrack/linuxproc",
+        "TaskPlugin": "task/none",
+        "SlurmdParameters": "config_overrides",
+        "SchedulerParameters": ("sched_interval=2,bf_interval=1,bf_resolution=1,bf_continue,"
+                                "batch_sched_delay=0,sched_min_interval=0,"
+                                "default_queue_depth=1000"),
+        "AuthInfo": "cred_expire=10",
+        "SlurmdTimeout": "10",
+        "MessageTimeout": "5",
+        "KillWait": "2",
+        "MinJobAge": "600",
+        "PriorityCalcPeriod": "1",
+        "PriorityDecayHalfLife": "1-0",
+        "SuspendTime": "30",
+        "SuspendTimeout": "30",
+        "ResumeTimeout": "180",
+    },
+    "production": {
+        "ProctrackType": "proctrack/cgroup",
+        "TaskPlugin": "task/cgroup,task/affinity",
+        "SchedulerParameters": "bf_continue,bf_max_job_test=1000,default_queue_depth=1000",
+        "SlurmdTimeout": "300",
+        "MessageTimeout": "30",
+        "KillWait": "30",
+        "MinJobAge": "300",
+        "PriorityCalcPeriod": "5",
+        "PriorityDecayHalfLife": "7-0",
+        "SuspendTime": "600",
+        "SuspendTimeout": "120",
+        "ResumeTimeout": "900",
+    },
+}
+
+
+class SlurmPolicyError(ValueError):
+    """The description asks for something this Slurm rendering cannot express."""
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    name: str
+    addr: str | None  # None: a cloud node, whose address comes when it registers
+    cpus: int
+    real_memory_mb: int
+    gpu_model: str
+    gpus: int
+    features: tuple[str, ...]
+    weight: int
+    cloud: bool
+    leaf: str  # leaf switch, or the burst group for cloud nodes
+
+
+def is_lab(desc: Description) -> bool:
+    return desc.pool.environment == "lab"
+
+
+def hostlist(names: Iterable[str]) -> str:
+    """Compress names the way Slurm writes them: gpu1,gpu2,gpu3,x -> gpu[1-3],x."""
+    runs: dict[str, list[int]] = defaultdict(list)
+    order: list[str] = []
+    for name in names:
+        m = re.fullmatch(r"(.*?)(0|[1-9]\d*)", name)
+        key = m[1] if m else name
+        if key not in runs and key not in order:
+            order.append(key)
+        if m:
+            runs[key].append(int(m[2]))
+    out = []
+    for key in order:
+        nums = sorted(runs.get(key, []))
+        if not nums:
+            out.append(key)
+            continue
+        spans: list[tuple[int, int]] = []
+        for n in nums:
+            if spans and n == spans[-1][1] + 1:
+                spans[-1] = (spans[-1][0], n)
+            else:
+                spans.append((n, n))
+        if len(nums) == 1:
+            out.append(f"{key}{nums[0]}")
+            continue
+        inner = ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+        out.append(f"{key}[{inner}]")
+    return ",".join(out)
+
+
+def time_limit(seconds: int) -> str:
+    """Seconds as Slurm's D-HH:MM:SS."""
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+
+
+def burst_node_names(group: str, max_nodes: int) -> list[str]:
+    return [f"{group}-{i}" for i in range(max_nodes)]
+
+
+def nodes(desc: Description) -> list[SlurmNode]:
+    """On-prem GPU nodes first (weight 1), then every burst group's cloud nodes."""
+    places = rack_places(desc)
+    out = []
+    for name in gpu_nodes(desc):
+        node = desc.nodes[name]
+        cls = desc.node_classes[node.class_]
+        if cls.gpu is None:  # gpu_nodes() only returns GPU nodes
+            continue
+        leaf = places[node.rack].leaf
+        out.append(SlurmNode(
+            name, node.addresses["management"], cls.cpus,
+            int(cls.memory_gib * 1024 * USABLE_MEMORY), cls.gpu.model, cls.gpu.count,
+            ("onprem", node.class_, cls.gpu.model, leaf), 1, False, leaf))
+    for group_name, group in desc.burst_groups.items():
+        types = burst_instance_types(group)
+        # Any fallback type must satisfy the node definition: declare the smallest.
+        cpus = min(t.vcpus for t in types)
+        mem = int(min(t.memory_gib for t in types) * 1024 * USABLE_MEMORY)
+        model = burst_model(group)
+        out.extend(
+            SlurmNode(n, None, cpus, mem, model, burst_gpus_per_node(group),
+                      ("burst", group_name, model), 1000, True, group_name)
+            for n in burst_node_names(group_name, group.max_nodes))
+    return out
+
+
+def _line(pairs: Iterable[tuple[str, Any]]) -> str:
+    return " ".join(f"{k}={v}" for k, v in pairs if v is not None and v != "")
+
+
+def _check_preemption(desc: Description, classes: list[ClassPolicy]) -> None:
+    """partition_prio lets every higher tier preempt every preemptible lower tier. Refuse
+    a description whose preemption pairs differ, rather than render a different policy."""
+    expressible = {(hi.name, lo.name) for hi in classes for lo in classes
+                   if hi.priority > lo.priority and lo.preemptible}
+    wanted = preemption_pairs(desc)
+    if wanted != expressible:
+        raise SlurmPolicyError(
+            "task classes: Slurm partition priority preemption needs every class to "
+            "preempt exactly the preemptible classes of lower priority; wanted "
+            f"{sorted(wanted)}, expressible {sorted(expressible)}")
+    for c in classes:
+        if c.priority > MAX_TIER:
+            raise SlurmPolicyError(f"task class {c.name}: priority {c.priority} is above "
+                                   f"Slurm's maximum PriorityTier {MAX_TIER}")
+        if c.preemptible and not c.requeue:
+            raise SlurmPolicyError(f"task class {c.name}: preemptible classes are requeued "
+                                   "in this policy; set requeue: true")
+
+
+def gpu_models(desc: Description) -> list[str]:
+    return sorted({n.gpu_model for n in nodes(desc)})
+
+
+def tres(desc: Description) -> list[str]:
+    """TRES accounting must know before limits can name them (gres/gpu and per model)."""
+    return ["gres/gpu", *(f"gres/gpu:{m}" for m in gpu_models(desc))]
+
+
+def slurm_conf(desc: Description) -> list[str]:
+    """The description-derived part of slurm.conf (the role adds daemon settings)."""
+    classes = class_policies(desc)
+    _check_preemption(desc, classes)
+    ctl = controller(desc)
+    ctl_addr = desc.nodes[ctl].addresses["management"]
+    tuning = TUNING[desc.pool.environment]
+    all_nodes = nodes(desc)
+    cloud = [n for n in all_nodes if n.cloud]
+    onprem = [n for n in all_nodes if not n.cloud]
+    min_mem_per_cpu = min(n.real_memory_mb // n.cpus for n in all_nodes)
+    lines = [
+        f"ClusterName={desc.pool.name}",
+        f"SlurmctldHost={ctl}({ctl_addr})",
+        f"AccountingStorageHost={ctl_addr}",
+        "AccountingStorageType=accounting_storage/slurmdbd",
+        f"AccountingStorageTRES={','.join(tres(desc))}",
+        "AccountingStorageEnforce=associations,limits,qos",
+        "GresTypes=gpu",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core_Memory",
+        f"DefMemPerCPU={min_mem_per_cpu}",
+        "TopologyPlugin=topology/tree",
+        "PriorityType=priority/multifactor",
+        "PriorityWeightFairshare=10000",
+        "PriorityWeightPartition=1000",
+        "PriorityWeightQOS=1000",
+        "PriorityWeightAge=100",
+        "PriorityMaxAge=7-0",
+        "PreemptType=preempt/partition_prio",
+        "PreemptMode=REQUEUE",
+        "JobRequeue=1",
+        "EnforcePartLimits=ALL",
+        "ReturnToService=2",
+    ]
+    lines += [f"{k}={v}" for k, v in tuning.items()
+              if k not in {"SuspendTime", "SuspendTimeout", "ResumeTimeout"}]
+    if cloud:
+        lines += [
+            f"ResumeProgram={RESUME_PROGRAM}",
+            f"SuspendProgram={SUSPEND_PROGRAM}",
+            *(f"{k}={tuning[k]}" for k in ("SuspendTime", "SuspendTimeout", "ResumeTimeout")),
+            "ResumeRate=0",
+            "SuspendRate=0",
+            "TreeWidth=65533",
+            "SlurmctldParameters=idle_on_node_suspend,cloud_reg_addrs",
+            "PrivateData=cloud",
+            f"SuspendExcNodes={hostlist(n.name for n in onprem)}",
+        ]
+    for n in all_nodes:
+        lines.append(_line([
+            ("NodeName", n.name), ("NodeAddr", n.addr), ("CPUs", n.cpus),
+            ("RealMemory", n.real_memory_mb), ("Gres", f"gpu:{n.gpu_model}:{n.gpus}"),
+            ("Feature", ",".join(n.features)), ("Weight", n.weight),
+            ("State", "CLOUD" if n.cloud else "UNKNOWN")]))
+    for i, c in enumerate(classes):
+        members = onprem if i == 0 else all_nodes
+        lines.append(_line([
+            ("PartitionName", c.name), ("Nodes", hostlist(n.name for n in members)),
+            ("Default", "YES" if i == len(classes) - 1 else None),
+            ("PriorityTier", c.priority), ("PriorityJobFactor", c.priority),
+            ("QOS", c.name), ("MaxTime", time_limit(c.max_runtime_s)),
+            ("DefaultTime", time_limit(c.max_runtime_s)),
+            ("PreemptMode", "REQUEUE" if c.preemptible else "OFF"),
+            ("GraceTime", c.grace_s if c.preemptible and c.grace_s else None),
+            ("OverSubscribe", "NO"), ("TRESBillingWeights", f'"{BILLING}"'),
+            ("State", "UP")]))
+    return lines
+
+
+def gres_conf(desc: Description) -> list[str]:
+    """Real GPU nodes detect their GPUs with NVML; the lab's nodes have no GPUs and name
+    character devices the lab creates as a fixture (/dev/nvidiaN, major 195)."""
+    lines = [] if is_lab(desc) else ["AutoDetect=nvml"]
+    by_shape: dict[tuple[str, int], list[str]] = defaultdict(list)
+    for n in nodes(desc):
+        by_shape[(n.gpu_model, n.gpus)].append(n.name)
+    for (model, count), names in by_shape.items():
+        files = GPU_DEVICE.format(f"[0-{count - 1}]" if count > 1 else "0")
+        lines.append(_line([("NodeName", hostlist(names)), ("Name", "gpu"), ("Type", model),
+                            ("File", files)]))
+    return lines
+
+
+def topology_conf(desc: Description) -> list[str]:
+    """A tree: leaf switches under their site; several sites under the pool. Burst groups
+    get a switch of their own, so no job spans on-prem and cloud nodes."""
+    leaves: dict[str, list[str]] = defaultdict(list)
+    for n in nodes(desc):
+        leaves[n.leaf].append(n.name)
+    lines = [_line([("SwitchName", leaf), ("Nodes", hostlist(names))])
+             for leaf, names in leaves.items()]
+    sites = [site for site, s in desc.sites.items()
+             if any(leaf in leaves for leaf in s.leaf_switches)]
+    for site in sites:
+        children = [leaf for leaf in desc.sites[site].leaf_switches if leaf in leaves]
+        lines.append(_line([("SwitchName", site), ("Switches", hostlist(children))]))
+    if len(sites) > 1:
+        lines.append(_line([("SwitchName", desc.pool.name), ("Switches", hostlist(sites))]))
+    return lines
+
+
+def cgroup_conf(desc: Description) -> list[str]:
+    if is_lab(desc):
+        # Unprivileged lab hosts cannot write cgroups; the plugins that read this are off.
+        return ["CgroupPlugin=autodetect", "IgnoreSystemd=yes"]
+    return ["CgroupPlugin=autodetect", "ConstrainCores=yes", "ConstrainDevices=yes",
+            "ConstrainRAMSpace=yes", "ConstrainSwapSpace=yes"]
+
+
+def accounting(desc: Description) -> dict[str, Any]:
+    """What sacctmgr must hold: QOS per class, account per team, users per membership.
+
+    `limits` are applied only after slurmctld has registered the TRES they name.
+    """
+    classes = class_policies(desc)
+    quotas = team_quotas(desc)
+    qos = [{"name": c.name, "Priority": c.priority, "MaxWall": time_limit(c.max_runtime_s)}
+           for c in classes]
+    accounts, limits = [], []
+    for team, t in desc.teams.items():
+        mine = [q for q in quotas if q.team == team]
+        accounts.append({"name": team, "Organization": t.cost_centre,
+                         "Description": f"team {team}",
+                         "Fairshare": max(1, sum(q.nominal for q in mine))})
+        caps = {f"gres/gpu:{q.model}": q.nominal + q.borrowing for q in mine}
+        grp = {"gres/gpu": sum(caps.values()), **caps}
+        limits.append({"account": team,
+                       "GrpTRES": ",".join(f"{k}={v}" for k, v in grp.items())})
+    users: list[dict[str, Any]] = []
+    default_account: dict[str, str] = {}
+    for team, t in desc.teams.items():
+        for role, members in t.members.items():
+            for user in members:
+                default_account.setdefault(user, team)
+                users.append({"name": user, "account": team, "role": role.value,
+                              "DefaultAccount": default_account[user]})
+    coordinators = [{"account": u["account"], "name": u["name"]}
+                    for u in users if u["role"] == "admin"]
+    return {"cluster": desc.pool.name, "tres": tres(desc), "qos": qos,
+            "accounts": accounts, "users": users, "coordinators": coordinators,
+            "limits": limits}
+
+
+def burst_config(desc: Description) -> dict[str, Any]:
+    """What the resume/suspend programs need, per burst group (see gpupool.onhost.burst)."""
+    return {"resume_program": RESUME_PROGRAM, "suspend_program": SUSPEND_PROGRAM,
+            "config": BURST_CONFIG, "groups": {
+        name: {"region": g.region, "nodes": burst_node_names(name, g.max_nodes),
+               "instance_types": list(g.instance_types),
+               # The name infra/program.py gives the group's BurstPool and launch template.
+               "launch_template": cloud.burst_name(desc, name),
+               "capacity": [c.value for c in g.capacity],
+               # How many of its nodes start on-demand, as its Auto Scaling distribution.
+               "on_demand_nodes": burst_capacity_split(g).get(Capacity.ON_DEMAND.value, 0),
+               # The tags the Pulumi program puts on everything of the group.
+               "tags": cloud.tags(desc, g.team, **{"burst-group": name})}
+        for name, g in desc.burst_groups.items()}}
+
+
+def fixture_gpu_devices(desc: Description) -> dict[str, int]:
+    """Lab only: how many fixture GPU character devices each node needs."""
+    if not is_lab(desc):
+        return {}
+    return {n.name: n.gpus for n in nodes(desc) if not n.cloud}
+
+
+def plan(desc: Description) -> dict[str, Any]:
+    """Everything the `slurm` role needs, as the Ansible variable `gpupool_slurm`."""
+    ctl = controller(desc)
+    return {
+        "cluster": desc.pool.name,
+        "environment": desc.pool.environment,
+        "controller": {"name": ctl, "addr": desc.nodes[ctl].addresses["management"]},
+        "compute_nodes": [n.name for n in nodes(desc) if not n.cloud],
+        "login_nodes": [n for n, node in desc.nodes.items() if NodeRole.LOGIN in node.roles],
+        "slurm_conf": slurm_conf(desc),
+        "gres_conf": gres_conf(desc),
+        "topology_conf": topology_conf(desc),
+        "cgroup_conf": cgroup_conf(desc),
+        "accounting": accounting(desc),
+        "burst": burst_config(desc),
+        "fixture_gpu_devices": fixture_gpu_devices(desc),
+    }
+
+
+FILES = ("slurm_conf", "gres_conf", "topology_conf", "cgroup_conf")
+
+
+def render_files(desc: Description) -> dict[str, str]:
+    """The policy parts as files, for `gpupool slurm render` and for review."""
+    p = plan(desc)
+    head = (f"# Rendered by gpupool from pool '{desc.pool.name}'. The slurm role adds "
+            "daemon settings.\n")
+    return {key.replace("_conf", ".conf"): head + "\n".join(p[key]) + "\n" for key in FILES}
+
+
+def records(lines: Iterable[str], kind: str) -> dict[str, dict[str, str]]:
+    """Lines starting with `kind=NAME` as {NAME: {key: value}} (for checks and tests)."""
+    out = {}
+    for line in lines:
+        pairs = dict(p.split("=", 1) for p in line.split() if "=" in p)
+        if kind in pairs:
+            out[pairs[kind]] = {k: v.strip('"') for k, v in pairs.items()}
+    return out

@@ -1,0 +1,90 @@
+"""Facts derived from a valid description, shared by every renderer (Pulumi, Ansible,
+Slurm, Kueue, the acceptance gate). Nothing here may be typed twice elsewhere."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from gpupool.spec.catalog import GPU_MODELS, INSTANCE_TYPES, InstanceType
+from gpupool.spec.model import BurstGroup, Capacity, Description, NodeClass, NodeRole
+
+ONPREM = "on-prem"
+CAPACITY_TYPES = (ONPREM, Capacity.ON_DEMAND.value, Capacity.SPOT.value)
+
+
+@dataclass(frozen=True)
+class RackPlace:
+    site: str
+    leaf: str
+
+
+def rack_places(desc: Description) -> dict[str, RackPlace]:
+    return {
+        rack: RackPlace(site, leaf)
+        for site, s in desc.sites.items()
+        for leaf, sw in s.leaf_switches.items()
+        for rack in sw.racks
+    }
+
+
+def node_class(desc: Description, node: str) -> NodeClass:
+    return desc.node_classes[desc.nodes[node].class_]
+
+
+def gpu_nodes(desc: Description) -> list[str]:
+    """Compute nodes that carry GPUs, in description order."""
+    return [
+        name for name, n in desc.nodes.items()
+        if NodeRole.COMPUTE in n.roles and desc.node_classes[n.class_].gpu is not None
+    ]
+
+
+def controller(desc: Description) -> str:
+    return next(n for n, node in desc.nodes.items() if NodeRole.CONTROLLER in node.roles)
+
+
+def burst_instance_types(group: BurstGroup) -> list[InstanceType]:
+    return [INSTANCE_TYPES[t] for t in group.instance_types]
+
+
+def burst_model(group: BurstGroup) -> str:
+    return INSTANCE_TYPES[group.instance_types[0]].gpu_model
+
+
+def burst_gpus_per_node(group: BurstGroup) -> int:
+    # Validation guarantees every fallback type carries the same GPUs.
+    return INSTANCE_TYPES[group.instance_types[0]].gpus
+
+
+def burst_capacity_split(group: BurstGroup) -> dict[str, int]:
+    """Maximum nodes of a burst group per capacity type."""
+    spot = Capacity.SPOT in group.capacity
+    on_demand = Capacity.ON_DEMAND in group.capacity
+    if spot and on_demand:
+        return {Capacity.ON_DEMAND.value: group.on_demand_base,
+                Capacity.SPOT.value: group.max_nodes - group.on_demand_base}
+    kind = Capacity.SPOT.value if spot else Capacity.ON_DEMAND.value
+    return {kind: group.max_nodes}
+
+
+def gpu_capacity(desc: Description) -> dict[str, dict[str, int]]:
+    """GPUs per model and capacity type (on-prem, on-demand, spot)."""
+    cap: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(CAPACITY_TYPES, 0))
+    for node in desc.nodes.values():
+        gpu = desc.node_classes[node.class_].gpu
+        if gpu is not None and NodeRole.COMPUTE in node.roles:
+            cap[gpu.model][ONPREM] += gpu.count
+    for group in desc.burst_groups.values():
+        per_node = burst_gpus_per_node(group)
+        for kind, nodes in burst_capacity_split(group).items():
+            cap[burst_model(group)][kind] += nodes * per_node
+    return {m: dict(c) for m, c in sorted(cap.items())}
+
+
+def total_gpus(desc: Description, model: str) -> int:
+    return sum(gpu_capacity(desc).get(model, {}).values())
+
+
+def gpu_product(model: str) -> str:
+    return GPU_MODELS[model].product

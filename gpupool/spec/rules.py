@@ -1,0 +1,354 @@
+"""Cross-field rules over a description whose fields are each well-typed.
+
+Every rule appends Problems instead of raising, so one run reports everything wrong.
+Rules that depend on a reference (a node's class, a rack) skip the dependent checks when
+the reference is broken: the broken reference is the problem to report.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from itertools import combinations
+
+from gpupool.spec.catalog import GPU_MODELS, INSTANCE_TYPES
+from gpupool.spec.errors import Problem
+from gpupool.spec.facts import gpu_capacity, rack_places
+from gpupool.spec.model import (
+    SEGMENT_NAMES,
+    Capacity,
+    Description,
+    MigStrategy,
+    NodeRole,
+    Purpose,
+    Temperature,
+    duration_seconds,
+)
+
+Rule = Callable[[Description], Iterator[Problem]]
+# Each rule with the top-level sections it reads: it runs whenever those are well-typed,
+# even if other sections are not, so one run reports as much as can be known.
+RULES: list[tuple[frozenset[str], Rule]] = []
+
+_COLDNESS = {Temperature.HOT: 0, Temperature.WARM: 1, Temperature.ARCHIVE: 2}
+
+
+def rule(*needs: str) -> Callable[[Rule], Rule]:
+    def register(fn: Rule) -> Rule:
+        RULES.append((frozenset(needs), fn))
+        return fn
+
+    return register
+
+
+def check(desc: Description, valid_sections: frozenset[str] | None = None) -> list[Problem]:
+    """Run every rule whose sections are valid (all of them when valid_sections is None)."""
+    return [p for needs, fn in RULES
+            if valid_sections is None or needs <= valid_sections
+            for p in fn(desc)]
+
+
+@rule("sites")
+def topology(desc: Description) -> Iterator[Problem]:
+    seen: dict[str, str] = {}
+    for site, s in desc.sites.items():
+        for leaf, sw in s.leaf_switches.items():
+            if leaf in desc.sites:
+                yield Problem(f"sites.{site}.leaf_switches.{leaf}", "switch-name-unique",
+                              "a leaf switch may not share a site's name (one Slurm "
+                              "topology namespace)", leaf)
+            for i, rack in enumerate(sw.racks):
+                where = f"sites.{site}.leaf_switches.{leaf}"
+                if rack in seen:
+                    yield Problem(f"{where}.racks[{i}]", "rack-unique",
+                                  f"rack is already under {seen[rack]}", rack)
+                seen[rack] = where
+
+
+@rule("node_classes")
+def node_classes(desc: Description) -> Iterator[Problem]:
+    for name, nc in desc.node_classes.items():
+        if nc.gpu is None:
+            continue
+        path = f"node_classes.{name}.gpu"
+        model = GPU_MODELS.get(nc.gpu.model)
+        if model is None:
+            yield Problem(f"{path}.model", "gpu-model-known",
+                          f"unknown GPU model; known: {', '.join(sorted(GPU_MODELS))}",
+                          nc.gpu.model)
+            continue
+        if nc.gpu.memory_gib not in model.memory_gib:
+            yield Problem(f"{path}.memory_gib", "gpu-memory-matches-model",
+                          f"{model.name} ships with {model.memory_gib} GiB",
+                          nc.gpu.memory_gib)
+        if nc.gpu.mig_strategy is not MigStrategy.NONE and not model.mig_capable:
+            yield Problem(f"{path}.mig_strategy", "mig-capable",
+                          f"{model.name} does not support MIG", nc.gpu.mig_strategy.value)
+        if (nc.gpu.mig_strategy is MigStrategy.NONE) != (not nc.gpu.mig_profiles):
+            yield Problem(f"{path}.mig_profiles", "mig-profiles-match-strategy",
+                          "MIG profiles are declared exactly when mig_strategy is not none",
+                          dict(nc.gpu.mig_profiles))
+        if nc.gpu.mig_strategy is MigStrategy.SINGLE and len(nc.gpu.mig_profiles) > 1:
+            yield Problem(f"{path}.mig_profiles", "mig-single-profile",
+                          "mig_strategy single allows one profile", dict(nc.gpu.mig_profiles))
+
+
+@rule("nodes", "sites", "node_classes", "teams")
+def nodes(desc: Description) -> Iterator[Problem]:
+    racks = rack_places(desc)
+    controllers = [n for n, node in desc.nodes.items() if NodeRole.CONTROLLER in node.roles]
+    if len(controllers) != 1:
+        yield Problem("nodes", "one-controller",
+                      "exactly one node must have the controller role", controllers)
+    for name, node in desc.nodes.items():
+        path = f"nodes.{name}"
+        if node.class_ not in desc.node_classes:
+            yield Problem(f"{path}.class", "node-class-exists",
+                          "no such node class in node_classes", node.class_)
+        if node.rack not in racks:
+            yield Problem(f"{path}.rack", "rack-exists",
+                          "rack is not under any site's leaf switch", node.rack)
+        if node.owner_team is not None and node.owner_team not in desc.teams:
+            yield Problem(f"{path}.owner_team", "team-exists", "no such team", node.owner_team)
+        if len(set(node.roles)) != len(node.roles):
+            yield Problem(f"{path}.roles", "roles-unique", "a role is listed twice",
+                          [r.value for r in node.roles])
+
+
+@rule("nodes", "network")
+def addresses(desc: Description) -> Iterator[Problem]:
+    owner: dict[str, str] = {}
+    segments = desc.network.segments
+    for name, node in desc.nodes.items():
+        if "management" not in node.addresses:
+            yield Problem(f"nodes.{name}.addresses", "management-address-required",
+                          "every node needs a management address", sorted(node.addresses))
+        for seg, addr in node.addresses.items():
+            path = f"nodes.{name}.addresses.{seg}"
+            if seg not in segments:
+                yield Problem(path, "segment-exists", "no such network segment", seg)
+                continue
+            net = ipaddress.ip_network(segments[seg].cidr)
+            ip = ipaddress.ip_address(addr)
+            if ip not in net:
+                yield Problem(path, "address-in-segment",
+                              f"address is outside segment {seg} {net}", addr)
+            elif net.num_addresses > 2 and ip in (net.network_address, net.broadcast_address):
+                yield Problem(path, "host-address",
+                              "network and broadcast addresses cannot be assigned", addr)
+            if addr in owner:
+                yield Problem(path, "address-unique", f"address is already used by {owner[addr]}",
+                              addr)
+            owner[addr] = path
+
+
+@rule("network", "burst_groups")
+def network(desc: Description) -> Iterator[Problem]:
+    net = desc.network
+    for required in SEGMENT_NAMES:
+        if required not in net.segments:
+            yield Problem("network.segments", "segment-required",
+                          f"segment {required} must be declared", sorted(net.segments))
+    cidrs: list[tuple[str, ipaddress.IPv4Network | ipaddress.IPv6Network]] = []
+    vlans: dict[int, str] = {}
+    for name, seg in net.segments.items():
+        cidrs.append((f"network.segments.{name}.cidr", ipaddress.ip_network(seg.cidr)))
+        if seg.cloud_cidr is not None:
+            cidrs.append((f"network.segments.{name}.cloud_cidr",
+                          ipaddress.ip_network(seg.cloud_cidr)))
+        elif desc.burst_groups:
+            yield Problem(f"network.segments.{name}.cloud_cidr", "cloud-cidr-required",
+                          "burst groups need a cloud CIDR for every segment", None)
+        if seg.vlan in vlans:
+            yield Problem(f"network.segments.{name}.vlan", "vlan-unique",
+                          f"VLAN id is already used by segment {vlans[seg.vlan]}", seg.vlan)
+        vlans[seg.vlan] = name
+    for (pa, a), (pb, b) in combinations(cidrs, 2):
+        if a.version == b.version and a.overlaps(b):
+            yield Problem(pb, "cidr-overlap", f"overlaps {pa} ({a})", str(b))
+    for i, cidr in enumerate(net.admin_cidrs):
+        if ipaddress.ip_network(cidr).prefixlen == 0:
+            yield Problem(f"network.admin_cidrs[{i}]", "admin-cidr-not-open",
+                          "management must not be open to the whole internet", cidr)
+    if "management" in net.segments and not any(
+            f.from_ == "management" and f.to == "management"
+            and (f.protocol == "all" or (f.protocol == "tcp" and 22 in f.ports))
+            for f in net.flows):
+        yield Problem("network.flows", "management-ssh-flow",
+                      "a management-to-management flow must carry SSH (tcp 22): the "
+                      "firewall admits nothing else, and nodes are managed over it", None)
+    for i, flow in enumerate(net.flows):
+        path = f"network.flows[{i}]"
+        for field, seg in (("from", flow.from_), ("to", flow.to)):
+            if seg not in net.segments:
+                yield Problem(f"{path}.{field}", "segment-exists", "no such network segment",
+                              seg)
+        if flow.protocol != "all" and not flow.ports:
+            yield Problem(f"{path}.ports", "ports-required",
+                          "tcp and udp flows must list their ports", [])
+
+
+@rule("burst_groups", "storage_tiers", "task_classes", "teams")
+def burst_groups(desc: Description) -> Iterator[Problem]:
+    has_checkpoints = any(t.purpose is Purpose.CHECKPOINTS for t in desc.storage_tiers.values())
+    requeue_classes = [n for n, c in desc.task_classes.items() if c.preemptible and c.requeue]
+    for name, g in desc.burst_groups.items():
+        path = f"burst_groups.{name}"
+        unknown = [t for t in g.instance_types if t not in INSTANCE_TYPES]
+        for t in unknown:
+            yield Problem(f"{path}.instance_types", "instance-type-known",
+                          "unknown instance type", t)
+        if not unknown:
+            shapes = {f"{INSTANCE_TYPES[t].gpus}x{INSTANCE_TYPES[t].gpu_model}"
+                      for t in g.instance_types}
+            if len(shapes) > 1:
+                yield Problem(f"{path}.instance_types", "instance-types-one-shape",
+                              "fallback instance types must carry the same GPUs (model and "
+                              "count), so a node's GRES stays true", sorted(shapes))
+            if g.efa:
+                for t in g.instance_types:
+                    if INSTANCE_TYPES[t].efa_interfaces == 0:
+                        yield Problem(f"{path}.instance_types", "efa-supported",
+                                      "efa is set but this instance type has no EFA", t)
+        for i, az in enumerate(g.availability_zones):
+            if not az.startswith(g.region):
+                yield Problem(f"{path}.availability_zones[{i}]", "az-in-region",
+                              f"zone is not in region {g.region}", az)
+        if len(set(g.capacity)) != len(g.capacity):
+            yield Problem(f"{path}.capacity", "capacity-unique", "a capacity type is listed "
+                          "twice", [c.value for c in g.capacity])
+        if g.min_nodes > g.max_nodes:
+            yield Problem(f"{path}.min_nodes", "min-le-max",
+                          f"min_nodes exceeds max_nodes ({g.max_nodes})", g.min_nodes)
+        if g.on_demand_base and Capacity.ON_DEMAND not in g.capacity:
+            yield Problem(f"{path}.on_demand_base", "on-demand-base-needs-on-demand",
+                          "an on-demand base needs on-demand in capacity", g.on_demand_base)
+        elif g.on_demand_base > g.max_nodes:
+            yield Problem(f"{path}.on_demand_base", "on-demand-base-le-max",
+                          f"on_demand_base exceeds max_nodes ({g.max_nodes})", g.on_demand_base)
+        if g.team is not None and g.team not in desc.teams:
+            yield Problem(f"{path}.team", "team-exists", "no such team", g.team)
+        if Capacity.SPOT in g.capacity:
+            if not has_checkpoints:
+                yield Problem(f"{path}.capacity", "spot-needs-checkpoints",
+                              "spot capacity needs a storage tier with purpose checkpoints",
+                              "spot")
+            if not requeue_classes:
+                yield Problem(f"{path}.capacity", "spot-needs-requeue-class",
+                              "spot capacity needs a preemptible task class with requeue",
+                              "spot")
+
+
+@rule("teams", "burst_groups", "node_classes", "nodes", "sites")
+def teams(desc: Description) -> Iterator[Problem]:
+    if any(t not in INSTANCE_TYPES for g in desc.burst_groups.values() for t in g.instance_types):
+        return  # capacity is unknown until the burst groups are fixed
+    if any(nc.gpu is not None and nc.gpu.model not in GPU_MODELS
+           for nc in desc.node_classes.values()):
+        return
+    if any(n.class_ not in desc.node_classes for n in desc.nodes.values()):
+        return
+    capacity = {m: sum(c.values()) for m, c in gpu_capacity(desc).items()}
+    nominal: dict[str, int] = defaultdict(int)
+    for name, team in desc.teams.items():
+        path = f"teams.{name}"
+        for model, gpus in team.quota.items():
+            if model not in capacity:
+                yield Problem(f"{path}.quota.{model}", "quota-model-in-pool",
+                              f"the pool has no {model} GPUs; it has: "
+                              f"{', '.join(capacity) or 'none'}", gpus)
+                continue
+            nominal[model] += gpus
+        for model, gpus in team.borrowing_limit.items():
+            if model not in team.quota:
+                yield Problem(f"{path}.borrowing_limit.{model}", "borrowing-needs-quota",
+                              "a team borrows only models it has a quota for", gpus)
+            elif model in capacity and team.quota[model] + gpus > capacity[model]:
+                yield Problem(f"{path}.borrowing_limit.{model}", "borrowing-within-capacity",
+                              f"quota + borrowing exceeds the pool's {capacity[model]} "
+                              f"{model} GPUs", gpus)
+        for role, users in team.members.items():
+            if len(set(users)) != len(users):
+                yield Problem(f"{path}.members.{role.value}", "member-unique",
+                              "a member is listed twice", users)
+    for model, total in nominal.items():
+        if total > capacity[model]:
+            yield Problem(f"teams.*.quota.{model}", "quota-within-capacity",
+                          f"nominal quotas add up to {total} but the pool has "
+                          f"{capacity[model]} {model} GPUs; declare borrowing instead", total)
+
+
+@rule("task_classes")
+def task_classes(desc: Description) -> Iterator[Problem]:
+    classes = desc.task_classes
+    prio: dict[int, str] = {}
+    for name, tc in classes.items():
+        path = f"task_classes.{name}"
+        if tc.priority in prio:
+            yield Problem(f"{path}.priority", "priority-unique",
+                          f"priority is already used by {prio[tc.priority]}", tc.priority)
+        prio[tc.priority] = name
+        if tc.requeue and not tc.preemptible:
+            yield Problem(f"{path}.requeue", "requeue-needs-preemptible",
+                          "only a preemptible class is requeued", True)
+        if duration_seconds(tc.grace_time) > 0 and not tc.preemptible:
+            yield Problem(f"{path}.grace_time", "grace-needs-preemptible",
+                          "grace time applies to preempted jobs only", tc.grace_time)
+        if duration_seconds(tc.grace_time) >= duration_seconds(tc.max_runtime):
+            yield Problem(f"{path}.grace_time", "grace-below-runtime",
+                          f"grace time must be shorter than max_runtime {tc.max_runtime}",
+                          tc.grace_time)
+        for i, victim in enumerate(tc.preempts):
+            vpath = f"{path}.preempts[{i}]"
+            target = classes.get(victim)
+            if target is None:
+                yield Problem(vpath, "class-exists", "no such task class", victim)
+            elif not target.preemptible:
+                yield Problem(vpath, "preempt-target-preemptible",
+                              f"{victim} is not preemptible", victim)
+            elif target.priority >= tc.priority:
+                yield Problem(vpath, "preempt-lower-priority",
+                              f"{victim} has priority {target.priority}, not below "
+                              f"{tc.priority}", victim)
+
+
+@rule("storage_tiers")
+def storage(desc: Description) -> Iterator[Problem]:
+    mounts: dict[str, str] = {}
+    for name, tier in desc.storage_tiers.items():
+        path = f"storage_tiers.{name}"
+        last_days, last_cold = 0, _COLDNESS[tier.temperature]
+        for i, tr in enumerate(tier.lifecycle):
+            tpath = f"{path}.lifecycle[{i}]"
+            if tr.after_days <= last_days:
+                yield Problem(f"{tpath}.after_days", "lifecycle-ascending",
+                              "transitions must come in increasing after_days", tr.after_days)
+            if tr.after_days >= tier.retention_days:
+                yield Problem(f"{tpath}.after_days", "lifecycle-within-retention",
+                              f"transition after expiry ({tier.retention_days} days)",
+                              tr.after_days)
+            if _COLDNESS[tr.temperature] <= last_cold:
+                yield Problem(f"{tpath}.temperature", "lifecycle-colder",
+                              "each transition must move to a colder tier",
+                              tr.temperature.value)
+            last_days, last_cold = tr.after_days, _COLDNESS[tr.temperature]
+        if tier.mount is not None:
+            if tier.mount.path in mounts:
+                yield Problem(f"{path}.mount.path", "mount-unique",
+                              f"mount point is already used by {mounts[tier.mount.path]}",
+                              tier.mount.path)
+            mounts[tier.mount.path] = name
+
+
+@rule("software")
+def software(desc: Description) -> Iterator[Problem]:
+    sw = desc.software
+    locked = sw.model_dump(exclude={"blocklist"})
+    for component, versions in sw.blocklist.items():
+        if component not in locked:
+            yield Problem(f"software.blocklist.{component}", "blocklist-component",
+                          f"not a locked component; known: {', '.join(locked)}", component)
+        elif locked[component] in versions:
+            yield Problem(f"software.{component}", "version-not-blocklisted",
+                          "the locked version is on the blocklist", locked[component])
