@@ -1,19 +1,60 @@
-"""Shared fixtures: the shipped stacks and helpers to mutate a description."""
+"""Shared fixtures: the shipped stacks and helpers to mutate a description; and a guard
+that fails any test reading a file beside the repository (a user's clone has only the
+repository: what the project reads must be in it)."""
 
 from __future__ import annotations
 
 import copy
 import os
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from gpupool import loader
-from gpupool.model import Description
+from gpupool.spec import loader
+from gpupool.spec.model import Description
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+class BesideTheRepository(RuntimeError):
+    """A test (or the code it runs) opened a file next to the repository, not in it."""
+
+
+# Folders beside the repository that a test may still read: the interpreter and its
+# packages, the temporary directory, the user's home (caches). Each is allowed with its
+# own subtree.
+_ALLOWED = tuple(str(Path(p).resolve()) for p in (
+    sys.prefix, sys.base_prefix, tempfile.gettempdir(), Path.home()))
+
+
+def beside_repository(path: str | os.PathLike[str]) -> bool:
+    """True for a path in the repository's parent folder but outside the repository
+    (a notes folder, a sibling checkout), unless it lies in an allowed folder."""
+    p = os.path.abspath(path)
+    parent, root = str(ROOT.parent), str(ROOT)
+
+    def under(base: str) -> bool:
+        return p == base or p.startswith(base.rstrip(os.sep) + os.sep)
+
+    # With the repository at the top of the file system, every system file is "beside"
+    # it: there is no sibling folder to guard then.
+    if parent == os.path.abspath(os.sep) or not under(parent) or under(root):
+        return False
+    return not any(under(a) or a.startswith(p + os.sep) for a in _ALLOWED)
+
+
+def _refuse_reads_beside_the_repository(event: str, args: tuple[Any, ...]) -> None:
+    if event == "open" and args and isinstance(args[0], str | os.PathLike) \
+            and beside_repository(args[0]):
+        raise BesideTheRepository(f"opened {args[0]}: outside the repository; vendor what "
+                                  "the project needs into it (with a SOURCE.md)")
+
+
+sys.addaudithook(_refuse_reads_beside_the_repository)
 
 
 def lab_description() -> Description:
