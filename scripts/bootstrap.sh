@@ -29,4 +29,7 @@ if ! command -v uv >/dev/null || [[ "$(uv --version | cut -d' ' -f2)" != "$UV_VE
   "$PYTHON" -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
 fi
 log "syncing .venv from uv.lock"
-uv sync --frozen --quiet --python "$PYTHON"
+# Bytecode is compiled here, not on first import: some environments set
+# PYTHONDONTWRITEBYTECODE, and every `gpupool` command would then recompile its libraries.
+uv sync --frozen --quiet --python "$PYTHON" --compile-bytecode
+.venv/bin/python -m compileall -q gpupool infra policies bench >/dev/null
