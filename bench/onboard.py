@@ -46,9 +46,8 @@ TEMPLATE_NODE = "lab-gpu1"
 
 
 def bench_description(gpu_nodes: int) -> Description:
-    raw = yaml.safe_load(loader.description_path("lab", ROOT).read_text())
-    raw = yaml.safe_load(yaml.safe_dump(raw).replace("10.231.", "10.251."))
-    raw["pool"]["name"] = "bench"
+    raw = lab_hosts.relocate(
+        yaml.safe_load(loader.description_path("lab", ROOT).read_text()), "bench", 20)
     template = raw["nodes"][TEMPLATE_NODE]
     gpus = [n for n in raw["nodes"] if n != TEMPLATE_NODE and "class" in raw["nodes"][n]
             and raw["nodes"][n]["class"] == template["class"]]

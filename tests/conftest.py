@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpupool.lab import hosts
 from gpupool.spec import loader
 from gpupool.spec.model import Description
 
@@ -57,12 +58,37 @@ def _refuse_reads_beside_the_repository(event: str, args: tuple[Any, ...]) -> No
 sys.addaudithook(_refuse_reads_beside_the_repository)
 
 
+# The suite's own lab: the `lab` stack under another pool name and 10 higher in the second
+# octet of every address, so its containers, networks, lab folder and address ranges are
+# all apart from the lab `make lab` builds: running the suite never touches a user's lab.
+SUITE_POOL = "labtest"
+SUITE_ADDRESS_SHIFT = 10  # in the second octet: 10.231.30.11 -> 10.241.30.11
+
+
+def suite_lab_raw() -> dict[str, Any]:
+    """The suite lab's description, derived from the `lab` stack."""
+    return hosts.relocate(raw_stack("lab"), SUITE_POOL, SUITE_ADDRESS_SHIFT)
+
+
+def lab_description_path() -> Path:
+    """The file the integration tests' lab is described by: GPUPOOL_LAB_DESCRIPTION, or the
+    suite's own lab written under .cache/ (rewritten only when the lab stack changed)."""
+    if os.environ.get("GPUPOOL_LAB_DESCRIPTION"):
+        return Path(os.environ["GPUPOOL_LAB_DESCRIPTION"])
+    path = ROOT / ".cache" / "suite-lab" / f"{SUITE_POOL}.yaml"
+    text = ("# Written by tests/conftest.py from pools/lab.yaml: the test suite's own lab.\n"
+            + yaml.safe_dump(suite_lab_raw(), sort_keys=False))
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return path
+
+
 def lab_description() -> Description:
-    """The lab the integration tests run on: the `lab` stack, or the description file
-    GPUPOOL_LAB_DESCRIPTION names (a second lab with other addresses can then run beside
-    the first one on the same machine)."""
-    path = os.environ.get("GPUPOOL_LAB_DESCRIPTION")
-    return loader.load_file(Path(path)) if path else loader.load_stack("lab", ROOT)
+    """The lab the integration tests run on (see lab_description_path)."""
+    return loader.load_file(lab_description_path())
 
 
 def raw_stack(stack: str) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import ipaddress
 import json
 import os
 import shutil
@@ -28,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import yaml
 
@@ -114,6 +115,33 @@ class LabState:
 
     def as_dict(self) -> dict[str, object]:
         return {**asdict(self), "ready": self.ready}
+
+
+# -- a second lab beside the first ------------------------------------------------------
+
+def relocate(raw: dict[str, Any], pool: str, second_octet_shift: int) -> dict[str, Any]:
+    """A copy of a raw description as another lab: pool name `pool` (so its containers,
+    networks and lab folder differ) and every IPv4 address and network moved by
+    `second_octet_shift` in the second octet (10.231.30.11 -> 10.241.30.11 for 10), so both
+    labs can run at once. Values that are not addresses are left as they are."""
+
+    def move(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: move(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [move(v) for v in value]
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                if "/" in value:
+                    net = ipaddress.IPv4Network(value)
+                    return str(ipaddress.IPv4Network(
+                        (int(net.network_address) + (second_octet_shift << 16), net.prefixlen)))
+                return str(ipaddress.IPv4Address(value) + (second_octet_shift << 16))
+        return value
+
+    out = move(raw)
+    out["pool"] = {**out["pool"], "name": pool}
+    return out
 
 
 # -- names and paths, all derived from the description ----------------------------------
@@ -477,6 +505,19 @@ def status(desc: Description) -> LabState:
     inv = inventory_path(desc)
     return LabState(desc.pool.name, image_ref(), nets, hosts,
                     str(inv) if inv.exists() else "", str(key_path(desc)))
+
+
+def fingerprint(desc: Description) -> list[str]:
+    """What identifies this lab's hosts and networks as they run now (ids, state, start
+    times): two equal fingerprints mean nothing was recreated or restarted in between."""
+    if shutil.which("podman") is None:
+        return []
+    label = f"label=gpupool.pool={desc.pool.name}"
+    hosts = podman("ps", "-a", "--filter", label, "--format",
+                   "{{.Names}} {{.ID}} {{.State}} {{.StartedAt}}", check=False).stdout
+    nets = podman("network", "ls", "--filter", label, "--format", "{{.Name}} {{.ID}}",
+                  check=False).stdout
+    return sorted(line.strip() for line in (hosts + nets).splitlines() if line.strip())
 
 
 def host_cpu_s(desc: Description, node: str) -> float | None:

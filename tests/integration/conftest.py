@@ -18,9 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from gpupool.gate import runner as gate_runner
 from gpupool.lab import hosts as labmod
 from gpupool.lab import slurm_cluster
 from gpupool.paths import ANSIBLE_CONFIG
+from gpupool.spec import loader
 from gpupool.spec.model import Description
 from tests.conftest import ROOT, lab_description
 
@@ -63,6 +65,31 @@ def _missing_prerequisite() -> str | None:
 @pytest.fixture(scope="session")
 def lab_desc() -> Description:
     return lab_description()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def users_lab_left_as_found(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suite runs on its own lab (tests/conftest.py: SUITE_POOL). The lab `make lab`
+    builds from the `lab` stack, when there is one, must come out of the session as it went
+    in: same hosts and networks, none recreated or restarted, and every node still passing
+    the standard gate (CI builds that lab first to prove it, .ci/run)."""
+    users = loader.load_stack("lab", ROOT)
+    assert users.pool.name != lab_description().pool.name
+    before = labmod.fingerprint(users)
+    yield
+    after = labmod.fingerprint(users)
+    assert after == before, f"the suite changed the lab stack's lab: {before} -> {after}"
+    inv = labmod.inventory_path(users)
+    if not before or not inv.exists():
+        return
+    reports = gate_runner.gate(loader.description_path("lab", ROOT), [
+        gate_runner.ansible_target(n, inv) for n in users.nodes], "standard",
+        tmp_path_factory.mktemp("users-lab-gate"))
+    failed = {r["node"]: r.get("failed") or r.get("error") for r in reports
+              if r["verdict"] != "pass"}
+    assert not failed, f"the lab stack's lab no longer passes the standard gate: {failed}"
+    print(f"\nthe lab stack's lab was left as found: {len(users.nodes)} nodes, same hosts, "
+          "every node passes the standard gate")
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from gpupool import cli
+from tests.conftest import lab_description_path
 from tests.test_audit import TRACE
 
 pytestmark = pytest.mark.integration
@@ -26,8 +27,8 @@ def _lab(site: Any) -> None:
 
 def _replay(tmp_path: Path, *args: str) -> dict:
     results = tmp_path / "replay.json"
-    rc = cli.main(["replay", "--stack", "lab", "--out", str(tmp_path / "report"),
-                   "--results", str(results), *args])
+    rc = cli.main(["replay", "--file", str(lab_description_path()),
+                   "--out", str(tmp_path / "report"), "--results", str(results), *args])
     data = json.loads(results.read_text())
     (run,) = data.values()
     assert rc == cli.EXIT_OK, run

@@ -22,6 +22,7 @@ from gpupool.lab import mirror
 from gpupool.paths import DATA
 from gpupool.spec.facts import gpu_nodes
 from gpupool.spec.model import Description
+from tests.conftest import lab_description_path
 from tests.integration.conftest import HOST_GLOBAL_SYSCTLS, SiteRuns, host_sysctls
 
 pytestmark = pytest.mark.integration
@@ -95,7 +96,8 @@ def test_firewall_follows_declared_flows(hosts: dict[str, Any], lab_desc: Descri
                              and str(flow.ports[0]) in r), None)
                 assert line, (name, flow)
         # No flow targets the training segment from storage: nothing opens it.
-        assert not any("10.231.20.0/24" in r and node.addresses.get("training", "-") in r
+        storage = lab_desc.network.segments["storage"].cidr
+        assert not any(storage in r and node.addresses.get("training", "-") in r
                        for r in rules.splitlines())
 
 
@@ -249,7 +251,7 @@ def test_cli_status_reports_the_running_lab(site: SiteRuns, lab_desc: Descriptio
                                             capsys: pytest.CaptureFixture[str]) -> None:
     from gpupool.cli import main  # noqa: PLC0415
 
-    assert main(["lab", "status", "--stack", "lab", "--json"]) == 0
+    assert main(["lab", "status", "--file", str(lab_description_path()), "--json"]) == 0
     state = json.loads(capsys.readouterr().out)
     assert state["ready"] and set(state["hosts"]) == set(lab_desc.nodes)
     # Each host's own CPU time (its cgroup), which the onboarding benchmark splits out.

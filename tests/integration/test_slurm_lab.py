@@ -10,7 +10,7 @@ sacct, sprio, sshare, scontrol). Fixtures, named as such:
   against a local EC2 (moto on 127.0.0.1) and "boots" the cloud node by starting its slurmd
   on lab-ctl.
 - jobs are submitted as root on behalf of each team (root is added to the team accounts).
-Timings are recorded in bench/results/slurm_cluster.json, never asserted.
+Timings are recorded in bench/results/slurm_lab.json, never asserted.
 """
 
 from __future__ import annotations
@@ -27,14 +27,13 @@ from gpupool.lab import hosts as lab_mod
 from gpupool.lab import localaws, slurm_cluster
 from gpupool.onhost import burst
 from gpupool.render import slurm
-from gpupool.spec import loader
 from gpupool.spec.facts import controller, rack_places
-from tests.conftest import ROOT
+from tests.conftest import ROOT, lab_description
 from tests.integration.conftest import Run, ansible_playbook
 
 pytestmark = pytest.mark.integration
 
-DESC = loader.load_stack("lab")
+DESC = lab_description()
 CTL = controller(DESC)
 ONPREM = slurm.hostlist(n.name for n in slurm.nodes(DESC) if not n.cloud)
 CLOUD = [n for n in slurm.nodes(DESC) if n.cloud]
@@ -43,7 +42,7 @@ CLASSES = {c.name: c for c in slurm.class_policies(DESC)}
 TOP, *_, LOW = list(CLASSES)  # interactive ... deferred
 MID = next(c for c in CLASSES if c not in (TOP, LOW))  # training
 GPUS_PER_NODE = next(n.gpus for n in slurm.nodes(DESC))
-RESULTS = ROOT / "bench" / "results" / "slurm_cluster.json"
+RESULTS = ROOT / "bench" / "results" / "slurm_lab.json"
 
 # A deferred job that checkpoints on SIGTERM and, when the signal is a preemption
 # (PreemptTime set), hands itself back to the queue: the contract for preemptible work,
