@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import time
+
 import pytest
 
 from gpupool.exercise import replay_run
@@ -60,3 +63,52 @@ def test_trace_wider_than_a_team_owns_is_refused() -> None:
     replay_run.check_trace(desc, [ok])
     with pytest.raises(SlurmLabError, match="team nlp owns 4"):
         replay_run.check_trace(desc, [trace.TraceJob("2", "nlp", "training", 8, 0, 10)])
+
+
+JOBS = {j: trace.TraceJob(j, "training", "vision", 1, 0, 10) for j in ("1", "2")}
+PREFIX = "r18c-gpupool-"
+
+
+def _sacct(*rows: str) -> str:
+    return "\n".join(rows) + "\n"
+
+
+def test_accounting_is_final_only_when_every_jobs_last_record_has_ended() -> None:
+    # Job 2 finished on the node, but slurmdbd has not got its end yet: not final, so the
+    # replay keeps reading instead of counting it as failed (issue 21).
+    lagging = _sacct(
+        f"{PREFIX}1|billing=1,gres/gpu=1|2026-11-30T10:00:00|2026-11-30T10:00:01|"
+        "2026-11-30T10:01:19|COMPLETED",
+        f"{PREFIX}2|billing=1,gres/gpu=1|2026-11-30T10:00:00|2026-11-30T10:00:01|"
+        "Unknown|RUNNING")
+    runs = replay_run.parse_runs(lagging, PREFIX, JOBS)
+    assert replay_run.unfinished(runs, JOBS) == ["2"]
+    # A requeued job is final only once its last run has ended.
+    requeued = _sacct(
+        f"{PREFIX}1|gres/gpu=1|2026-11-30T10:00:00|2026-11-30T10:00:01|"
+        "2026-11-30T10:00:09|REQUEUED",
+        f"{PREFIX}1|gres/gpu=1|2026-11-30T10:00:30|2026-11-30T10:00:31|"
+        "2026-11-30T10:01:19|COMPLETED",
+        f"{PREFIX}2|gres/gpu=1|2026-11-30T10:00:00|2026-11-30T10:00:01|"
+        "2026-11-30T10:01:19|COMPLETED")
+    runs = replay_run.parse_runs(requeued, PREFIX, JOBS)
+    assert replay_run.unfinished(runs, JOBS) == []
+    assert [r.state for r in runs] == ["REQUEUED", "COMPLETED", "COMPLETED"]
+
+
+def test_jobs_of_another_run_or_policy_are_not_read() -> None:
+    other = _sacct(
+        "r17a-gpupool-1|gres/gpu=1|2026-11-30T09:00:00|2026-11-30T09:00:01|"
+        "2026-11-30T09:01:00|TIMEOUT",
+        "r18c-baseline-1|gres/gpu=1|2026-11-30T10:00:00|2026-11-30T10:00:01|"
+        "2026-11-30T10:01:00|COMPLETED")
+    runs = replay_run.parse_runs(other, PREFIX, JOBS)
+    assert runs == [] and replay_run.unfinished(runs, JOBS) == ["1", "2"]
+
+
+def test_each_replay_has_its_own_key() -> None:
+    first = replay_run.run_key()
+    time.sleep(0.002)
+    second = replay_run.run_key()
+    assert first != second
+    assert all(re.fullmatch(r"r[0-9a-f]+", k) for k in (first, second))  # safe in job names

@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from gpupool.exercise.context import Context
+from gpupool.lab.hosts import LabError
 from gpupool.lab.slurm_cluster import SlurmLab, SlurmLabError, onprem_nodes, playbook, wait_for
 from gpupool.render import slurm
 from gpupool.workload.replay import Demand, Run
@@ -102,19 +103,54 @@ def _ts(value: str) -> float | None:
     return None if value in ("", "Unknown", "None") else datetime.fromisoformat(value).timestamp()
 
 
-def collect(s: SlurmLab, since: str, prefix: str, jobs: dict[str, TraceJob]) -> list[Run]:
-    out = s.sh(f"sacct -a -X -D -P -n -S {since} "
-               "-o JobName,AllocTRES,Eligible,Start,End,State")
+# Job states after which accounting no longer changes a record (sacct(1) JOB STATE CODES).
+FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
+                          "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"})
+FINAL_WAIT_S = 120  # slurmctld hands finished jobs to slurmdbd asynchronously
+
+
+def parse_runs(sacct_out: str, prefix: str, jobs: dict[str, TraceJob]) -> list[Run]:
+    """Runs of this replay's jobs (names `prefix` + trace job id) in `sacct -P` output of
+    JobName,AllocTRES,Eligible,Start,End,State; other jobs are ignored."""
     runs = []
-    for line in out.splitlines():
+    for line in sacct_out.splitlines():
         name, tres, eligible, start, end, state = line.split("|")
-        if not name.startswith(prefix):
+        job = jobs.get(name.removeprefix(prefix)) if name.startswith(prefix) else None
+        if job is None:
             continue
-        job = jobs[name.removeprefix(prefix)]
         gpus = re.search(r"gres/gpu=(\d+)", tres)
         runs.append(Run(job.job_id, job.task_class, job.team,
                         int(gpus.group(1)) if gpus else job.gpus,
                         _ts(eligible) or 0.0, _ts(start), _ts(end), state.split()[0]))
+    return runs
+
+
+def unfinished(runs: list[Run], jobs: dict[str, TraceJob]) -> list[str]:
+    """Jobs whose accounting is not final yet: no record at all, or a last record (sacct
+    lists a job's records oldest first) that is not in a final state with its end time."""
+    last = {r.job: r for r in runs}
+    return sorted(j for j in jobs if j not in last or last[j].state not in FINAL_STATES
+                  or last[j].end is None)
+
+
+def collect(s: SlurmLab, since: str, prefix: str, jobs: dict[str, TraceJob]) -> list[Run]:
+    """This replay's accounting, once it is final: queried by the replay's own job names
+    (a run key in every name), and read again until every job's last record has ended, so
+    nothing a later configuration change does to the controller can alter these figures."""
+    names = ",".join(prefix + j for j in jobs)
+    query = (f"sacct -a -X -D -P -n -S {since} --name={names} "
+             "-o JobName,AllocTRES,Eligible,Start,End,State")
+    runs: list[Run] = []
+
+    def final() -> bool:
+        runs[:] = parse_runs(s.sh(query), prefix, jobs)
+        return not unfinished(runs, jobs)
+
+    try:
+        wait_for("replay accounting final", final, FINAL_WAIT_S)
+    except LabError as exc:
+        raise SlurmLabError(f"{exc}: not final: {', '.join(unfinished(runs, jobs)[:10])}"
+                            ) from exc
     return runs
 
 
@@ -135,12 +171,20 @@ def check_trace(desc: Any, trace: list[TraceJob]) -> None:
                                 f"owns {owned.get(j.team, 0)} in the baseline")
 
 
+def run_key() -> str:
+    """A key unique to one `gpupool replay` invocation, carried in every job name, so that
+    accounting is read per run and never mixes two runs' jobs."""
+    return f"r{time.time_ns() // 1_000_000:x}"
+
+
 def replay_once(ctx: Context, policy: str, trace: list[TraceJob], *, speedup: float,
-                timeout_s: float, report: Callable[[str], None]) -> tuple[list[Run],
-                                                                           list[Demand]]:
+                timeout_s: float, report: Callable[[str], None], run: str
+                ) -> tuple[list[Run], list[Demand]]:
+    """Replay the trace under one policy. The figures returned are final before this
+    returns: the next policy's restart of slurmctld cannot rewrite them."""
     s = ctx.slurm
     use_policy(s, policy)
-    prefix = f"{policy}-"
+    prefix = f"{run}-{policy}-"
     s.sh(f"rm -rf {ctx.root}/.gpupool/replay && mkdir -p {ctx.root}/.gpupool/replay")
     s.write(f"{ctx.root}/.gpupool/replay/work.sh", WORK.format(root=ctx.root))
     t0 = float(s.sh("date +%s").strip()) + LEAD_S

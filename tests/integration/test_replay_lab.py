@@ -46,6 +46,5 @@ def test_synthetic_saturated_trace(tmp_path: Path) -> None:
     assert run["policies"]["baseline"]["preemptions_and_requeues"] == 0
 
 
-@pytest.mark.skipif(not TRACE.exists(), reason=f"trace missing at {TRACE}")
 def test_alibaba_sample(tmp_path: Path) -> None:
     _replay(tmp_path, "--alibaba", str(TRACE), "--jobs", "20", "--horizon", "45")

@@ -70,10 +70,12 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
     with hosts.lab_lock():
         s, _ = slurm_cluster.bring_up(desc, report=report)
         ctx = Context(desc, s)
+        run = replay_run.run_key()
         for policy in policies:
             report(f"replaying {len(jobs)} jobs under {policy}")
             rs, demands = replay_run.replay_once(ctx, policy, jobs, speedup=args.speedup,
-                                                 timeout_s=args.timeout, report=report)
+                                                 timeout_s=args.timeout, report=report,
+                                                 run=run)
             capacity = sum(n.gpus for n in replay_run.slurm.nodes(desc) if not n.cloud)
             runs[policy], metrics[policy] = rs, replay.metrics(rs, demands, capacity)
             t0[policy] = min(d.eligible for d in demands)
