@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpupool.workload import trace
+from gpupool.workload.audit import TraceError
 from tests.test_audit import TRACE
 
 
@@ -29,7 +30,7 @@ def test_synthetic_is_reproducible_and_hits_the_load(tmp_path: Path) -> None:
 def test_read_rejects_a_foreign_header(tmp_path: Path) -> None:
     path = tmp_path / "bad.csv"
     path.write_text("id,gpus\n1,2\n")
-    with pytest.raises(ValueError, match="header must be"):
+    with pytest.raises(TraceError, match="missing column"):
         trace.read(path)
 
 

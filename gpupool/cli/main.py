@@ -1,6 +1,7 @@
 """The `gpupool` command line: parse, load the description, run one verb.
 
-Exit codes: 0 success; 1 the description (or what was checked) is invalid; 2 usage error.
+Exit codes: 0 success; 1 the description (or what was checked) is invalid, or a file or
+the lab failed; 2 usage error; 3 an internal error (a bug: --debug shows the traceback).
 Every subcommand takes --json for machine-readable output on stdout.
 """
 
@@ -11,7 +12,7 @@ import sys
 from pathlib import Path
 
 from gpupool.cli import registry
-from gpupool.cli.output import EXIT_INVALID, emit_json, err
+from gpupool.cli.output import EXIT_INTERNAL, EXIT_INVALID, emit_json, err
 from gpupool.spec import loader
 from gpupool.spec.errors import DescriptionError
 from gpupool.spec.model import Description
@@ -33,6 +34,8 @@ def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
         src.add_argument("--stack", default="lab", help="stack name (default: lab)")
         src.add_argument("--file", help="a description file instead of a stack")
         p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.add_argument("--debug", action="store_true",
+                       help="show the traceback of an internal error")
         setup(p)
     return parser
 
@@ -51,13 +54,41 @@ def report_invalid(exc: DescriptionError, as_json: bool) -> int:
     return EXIT_INVALID
 
 
+def run(args: argparse.Namespace) -> int:
+    _, handler, _ = registry.COMMANDS[args.command]
+    try:
+        return handler(args, load(args))
+    except DescriptionError as exc:
+        return report_invalid(exc, args.json)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     wanted = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(wanted).parse_args(argv)
-    _, handler, _ = registry.COMMANDS[args.command]
     try:
-        desc = load(args)
-    except DescriptionError as exc:
-        return report_invalid(exc, args.json)
-    return handler(args, desc)
+        return run(args)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130
+    except OSError as exc:
+        # A file the command reads or writes: name it, as validation names a field.
+        where = exc.filename or "(file)"
+        err.print(f"[bold red]failed[/]: {where}: [yellow]\\[file][/] "
+                  f"{exc.strerror or exc}", highlight=False)
+        return EXIT_INVALID
+    except UnicodeDecodeError as exc:
+        err.print(f"[bold red]failed[/]: [yellow]\\[encoding][/] an input file is not UTF-8 "
+                  f"text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})",
+                  highlight=False)
+        return EXIT_INVALID
+    except Exception as exc:
+        if args.debug:
+            raise
+        if type(exc).__module__.startswith("gpupool."):
+            # The project's own errors (the lab, Slurm, a trace) carry a message for people.
+            err.print(f"[bold red]failed[/]: {exc}", highlight=False)
+            return EXIT_INVALID
+        err.print(f"[bold red]internal error[/]: {type(exc).__name__}: {exc} "
+                  "(run again with --debug for the traceback)", highlight=False)
+        return EXIT_INTERNAL

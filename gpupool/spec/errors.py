@@ -5,8 +5,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+MAX_VALUE_CHARS = 120  # offending values are echoed, but a hostile one is not echoed whole
 
-@dataclass(frozen=True, order=True)
+
+def clip(value: Any) -> Any:
+    """value as echoed in a problem: long strings and large collections cut short."""
+    if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
+        return value[:MAX_VALUE_CHARS - 3] + "..."
+    if isinstance(value, dict | list | tuple | set) and len(text := repr(value)) > MAX_VALUE_CHARS:
+        return text[:MAX_VALUE_CHARS - 3] + "..."
+    return value
+
+
+@dataclass(frozen=True)
 class Problem:
     path: str  # e.g. "nodes.gpu-a1.addresses.training"
     rule: str  # stable identifier, e.g. "address-in-segment"
@@ -25,6 +36,9 @@ class DescriptionError(Exception):
 
     def __init__(self, source: str, problems: list[Problem]) -> None:
         self.source = source
-        self.problems = sorted(problems)
+        # Sorted by where and what; values of different types never get compared.
+        self.problems = sorted(
+            (Problem(p.path, p.rule, p.message, clip(p.value)) for p in problems),
+            key=lambda p: (p.path, p.rule, p.message, repr(p.value)))
         super().__init__(f"{source}: {len(self.problems)} problem(s)\n" + "\n".join(
             f"  {p}" for p in self.problems))

@@ -7,6 +7,7 @@ The Pulumi program, the CLI and the tests all resolve it through `description_pa
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -32,36 +33,155 @@ _PATTERN_RULES = {
 }
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML keeps the last of two equal keys; a pool description must not."""
+# Limits on what a description file may cost to read, far above any real pool (a
+# 3,000-node description is about 1 MB and 200,000 YAML nodes): past them the file is
+# refused with one problem instead of exhausting memory or time.
+MAX_BYTES = 8 * 1024 * 1024
+MAX_DEPTH = 64  # nested collections
+MAX_EXPANDED_NODES = 2_000_000  # after anchors and aliases are expanded ("billion laughs")
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+class _DescriptionLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys (PyYAML keeps the last of two), unhashable
+    keys and nesting deeper than MAX_DEPTH, and accepts merge keys (`<<: *anchor`)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        # The composer recurses once per level: bound it before Python's stack is.
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None, None, f"nesting deeper than {MAX_DEPTH} levels",
+                    self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _construct_mapping(loader: _DescriptionLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     seen: set[Any] = set()
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node)
-        if key in seen:
+        if key_node.tag == _MERGE_TAG:  # merged keys may be overridden; explicit ones not
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            duplicate = key in seen
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a mapping key must be a plain value, not {type(key).__name__}",
+                key_node.start_mark) from None
+        if duplicate:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r}", key_node.start_mark)
         seen.add(key)
-    return loader.construct_mapping(node)
+    return loader.construct_mapping(node, deep=True)
 
 
-_UniqueKeyLoader.add_constructor(
+_DescriptionLoader.add_constructor(
     yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """How many nodes the document has once aliases are expanded, without expanding them:
+    each distinct node's size is computed once (aliases share node objects)."""
+    sizes: dict[int, int] = {}
+    order: list[yaml.Node] = []
+    stack = [root]
+    while stack:  # post-order without recursion
+        node = stack.pop()
+        if id(node) in sizes:
+            continue
+        sizes[id(node)] = 0
+        order.append(node)
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            stack.extend(n for pair in node.value for n in pair)
+    for node in reversed(order):
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        sizes[id(node)] = 1 + sum(sizes[id(c)] for c in children)
+        if sizes[id(node)] > MAX_EXPANDED_NODES:
+            return sizes[id(node)]
+    return sizes[id(root)]
+
+
+def read_yaml(path: Path) -> Any:
+    """The YAML document in path, read within the limits above. Every way a file can be
+    unreadable or hostile is a DescriptionError with one problem, never another exception."""
+    def refuse(where: str, rule: str, message: str, value: Any = None) -> DescriptionError:
+        return DescriptionError(str(path), [Problem(where, rule, message, value)])
+
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise refuse("(file)", "readable", exc.strerror or str(exc), str(path)) from None
+    if len(raw) > MAX_BYTES:
+        raise refuse("(file)", "file-size", f"larger than {MAX_BYTES // (1024 * 1024)} MiB; "
+                     "a pool description is far smaller")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise refuse("(file)", "encoding", f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at "
+                     f"offset {exc.start} cannot be decoded") from None
+    loader: _DescriptionLoader | None = None
+    try:
+        loader = _DescriptionLoader(text)  # its reader already refuses some characters
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        size = _expanded_size(node)
+        if size > MAX_EXPANDED_NODES:
+            raise refuse("(file)", "yaml-aliases", "anchors and aliases expand to more than "
+                         f"{MAX_EXPANDED_NODES:,} values", None)
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = f"line {mark.line + 1}" if mark else "(file)"
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise refuse(where, "yaml", problem) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
 
 
 def stack_config_path(stack: str, root: Path = PROJECT_ROOT) -> Path:
     return root / f"Pulumi.{stack}.yaml"
 
 
+# Pulumi's stack names: no path separators, so a stack name never leaves the project.
+STACK_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+
+
+def stacks(root: Path = PROJECT_ROOT) -> list[str]:
+    """The stacks of the project: one Pulumi.<stack>.yaml each."""
+    return sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml")
+                  for p in root.glob("Pulumi.*.yaml"))
+
+
 def description_path(stack: str, root: Path = PROJECT_ROOT) -> Path:
+    if not STACK_RE.fullmatch(stack) or ".." in stack:
+        raise DescriptionError(stack, [Problem(
+            "stack", "stack-name", "a stack name is letters, digits, '.', '_' and '-'",
+            stack)])
     cfg_path = stack_config_path(stack, root)
     if not cfg_path.is_file():
+        known = ", ".join(stacks(root)) or "none"
         raise DescriptionError(str(cfg_path), [Problem(
-            "stack", "stack-exists", f"no stack config {cfg_path.name}", stack)])
-    cfg = yaml.safe_load(cfg_path.read_text()) or {}
-    rel = (cfg.get("config") or {}).get(CONFIG_KEY)
+            "stack", "stack-exists", f"no stack config {cfg_path.name} (stacks: {known})",
+            stack)])
+    cfg = read_yaml(cfg_path)
+    config = cfg.get("config") if isinstance(cfg, dict) else None
+    rel = config.get(CONFIG_KEY) if isinstance(config, dict) else None
     if not isinstance(rel, str):
         raise DescriptionError(str(cfg_path), [Problem(
             f"config.{CONFIG_KEY}", "description-path",
@@ -89,7 +209,35 @@ def _problem(err: Any) -> Problem:
         kind, message = _PATTERN_RULES.get(err["ctx"]["pattern"], (kind, message))
     elif kind == "value_error":
         message = message.removeprefix("Value error, ")
-    return Problem(_path(loc) or "(top)", kind.replace("_", "-"), message, err.get("input"))
+    value = None if kind == "missing" else err.get("input")  # the parent is no offender
+    return Problem(_path(loc) or "(top)", kind.replace("_", "-"), message, value)
+
+
+# C0 and C1 control characters (newline and tab included), and the Unicode line separators
+# and bidirectional overrides that make text read differently from what it is. No value in
+# a description needs them, and each could break out of a file it is written into.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def control_characters(data: Any) -> list[Problem]:
+    """A problem for every key or string value holding a control character."""
+    found: list[Problem] = []
+    stack: list[tuple[tuple[int | str, ...], Any]] = [((), data)]
+    while stack:
+        loc, value = stack.pop()
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if isinstance(k, str) and _CONTROL.search(k):
+                    found.append(Problem(_path(loc) or "(top)", "control-character",
+                                         "keys may not contain control characters", k))
+                stack.append(((*loc, str(k)), v))
+        elif isinstance(value, list):
+            stack.extend(((*loc, i), v) for i, v in enumerate(value))
+        elif isinstance(value, str) and (m := _CONTROL.search(value)):
+            found.append(Problem(_path(loc) or "(top)", "control-character",
+                                 f"contains control character U+{ord(m.group()):04X}; values "
+                                 "are single-line text", value))
+    return found
 
 
 def _valid_sections(data: dict[str, Any]) -> tuple[Description, frozenset[str]]:
@@ -114,32 +262,23 @@ def parse(data: Any, source: str = "<description>") -> Description:
     Relational rules still run over the sections that are well-typed when others are not,
     so a single run reports everything that can be known.
     """
+    controls = control_characters(data)
     try:
         desc = Description.model_validate(data)
     except ValidationError as exc:
-        problems = [_problem(e) for e in exc.errors()]
+        problems = controls + [_problem(e) for e in exc.errors()]
         if isinstance(data, dict):
             partial, valid = _valid_sections(data)
             problems += rules.check(partial, valid)
         raise DescriptionError(source, problems) from None
-    problems = rules.check(desc)
+    problems = controls + rules.check(desc)
     if problems:
         raise DescriptionError(source, problems)
     return desc
 
 
 def load_file(path: Path) -> Description:
-    try:
-        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except OSError as exc:
-        raise DescriptionError(str(path), [Problem("(file)", "readable", exc.strerror or "",
-                                                   str(path))]) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "(file)"
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise DescriptionError(str(path), [Problem(where, "yaml", problem, None)]) from None
-    desc = parse(data, str(path))
+    desc = parse(read_yaml(path), str(path))
     desc._source = path.resolve()
     return desc
 

@@ -7,13 +7,14 @@ class, the GPU count that keeps a wait-time target, and the quotas that would fo
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import heapq
 import itertools
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -47,6 +48,38 @@ class Job:
         return self.start - self.submit
 
 
+class TraceError(ValueError):
+    """A job-history file that cannot be read as what it claims to be; the message names
+    the file and, where there is one, the line."""
+
+
+ALIBABA_COLUMNS = ("name", "num_gpu", "gpu_milli", "qos", "creation_time", "deletion_time",
+                   "scheduled_time")
+
+
+@contextlib.contextmanager
+def at_line(path: Path, line: int) -> Iterator[None]:
+    """Turn a bad value on one line into a TraceError naming the file and line."""
+    try:
+        yield
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise TraceError(f"{path}:{line}: {type(exc).__name__}: {exc}") from None
+
+
+def csv_rows(path: Path, columns: Iterable[str]) -> list[dict[str, str]]:
+    """The rows of a CSV file whose header holds at least these columns."""
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            missing = [c for c in columns if c not in (reader.fieldnames or [])]
+            if missing:
+                raise TraceError(f"{path}: missing column(s) {', '.join(missing)} in the "
+                                 f"header (expected {','.join(columns)})")
+            return list(reader)
+    except csv.Error as exc:
+        raise TraceError(f"{path}: not a CSV file: {exc}") from None
+
+
 def _ts(value: str) -> float | None:
     if value in ("", "Unknown", "None"):
         return None
@@ -56,33 +89,41 @@ def _ts(value: str) -> float | None:
 def read_sacct(path: Path) -> list[Job]:
     """Lines of `SACCT_COMMAND` output ('|'-separated, no header)."""
     jobs = []
-    for line in path.read_text().splitlines():
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
-        job_id, account, partition, tres, submit, start, end, _state = line.split("|")
-        m = _GPU_TRES.findall(tres)
-        s, b, e = _ts(submit), _ts(start), _ts(end)
-        if not m or s is None or b is None or e is None:
-            continue  # CPU-only, or never ran
-        jobs.append(Job(job_id, account, partition, float(max(map(int, m))), s, b, e))
+        fields = line.split("|")
+        if len(fields) != 8:
+            raise TraceError(f"{path}:{n}: {len(fields)} '|'-separated fields, expected 8 "
+                             f"(the output of: {SACCT_COMMAND})")
+        job_id, account, partition, tres, submit, start, end, _state = fields
+        with at_line(path, n):
+            m = _GPU_TRES.findall(tres)
+            s, b, e = _ts(submit), _ts(start), _ts(end)
+            if not m or s is None or b is None or e is None:
+                continue  # CPU-only, or never ran
+            jobs.append(Job(job_id, account, partition, float(max(map(int, m))), s, b, e))
     return jobs
 
 
 def read_alibaba(path: Path, trace_end: float | None = None) -> list[Job]:
     """openb_pod_list_*.csv: GPU pods; those still running end at the trace's end."""
-    rows = list(csv.DictReader(path.open()))
-    end_of_trace = trace_end or max(float(r["deletion_time"] or 0) for r in rows)
+    rows = csv_rows(path, ALIBABA_COLUMNS)
+    with at_line(path, 0):
+        end_of_trace = trace_end or max((float(r["deletion_time"] or 0) for r in rows),
+                                        default=0.0)
     jobs = []
-    for r in rows:
-        gpus = int(r["num_gpu"]) if int(r["num_gpu"]) > 1 else int(r["gpu_milli"]) / 1000
-        if gpus <= 0 or not r["scheduled_time"]:
-            continue
-        start = float(r["scheduled_time"])
-        end = float(r["deletion_time"]) if r["deletion_time"] else end_of_trace
-        if end <= start:
-            continue
-        jobs.append(Job(r["name"], "trace", ALIBABA_CLASS.get(r["qos"], "training"), gpus,
-                        float(r["creation_time"]), start, end))
+    for n, r in enumerate(rows, start=2):
+        with at_line(path, n):
+            gpus = int(r["num_gpu"]) if int(r["num_gpu"]) > 1 else int(r["gpu_milli"]) / 1000
+            if gpus <= 0 or not r["scheduled_time"]:
+                continue
+            start = float(r["scheduled_time"])
+            end = float(r["deletion_time"]) if r["deletion_time"] else end_of_trace
+            if end <= start:
+                continue
+            jobs.append(Job(r["name"], "trace", ALIBABA_CLASS.get(r["qos"], "training"), gpus,
+                            float(r["creation_time"]), start, end))
     return jobs
 
 

@@ -20,7 +20,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpupool.workload.audit import ALIBABA_CLASS
+from gpupool.workload.audit import ALIBABA_CLASS, ALIBABA_COLUMNS, TraceError, at_line, csv_rows
 
 
 @dataclass(frozen=True)
@@ -46,12 +46,12 @@ def write(jobs: list[TraceJob], path: Path) -> None:
 
 
 def read(path: Path) -> list[TraceJob]:
-    with path.open() as fh:
-        rows = list(csv.DictReader(fh))
-    if rows and list(rows[0]) != HEADER:
-        raise ValueError(f"{path}: header must be {','.join(HEADER)}")
-    return [TraceJob(r["job_id"], r["team"], r["class"], int(r["gpus"]), float(r["submit_s"]),
-                     float(r["duration_s"])) for r in rows]
+    jobs = []
+    for n, r in enumerate(csv_rows(path, HEADER), start=2):
+        with at_line(path, n):
+            jobs.append(TraceJob(r["job_id"], r["team"], r["class"], int(r["gpus"]),
+                                 float(r["submit_s"]), float(r["duration_s"])))
+    return jobs
 
 
 @dataclass(frozen=True)
@@ -112,9 +112,13 @@ def sample_alibaba(path: Path, teams: list[str], *, jobs: int, horizon_s: float,
     GPU; teams are assigned round-robin (the trace has none); durations and arrivals are
     scaled together so the window spans `horizon_s`.
     """
-    with path.open() as fh:
-        rows = [r for r in csv.DictReader(fh)
-                if r["scheduled_time"] and r["deletion_time"] and int(r["gpu_milli"]) > 0]
+    rows = []
+    for n, r in enumerate(csv_rows(path, ALIBABA_COLUMNS), start=2):
+        with at_line(path, n):
+            if r["scheduled_time"] and r["deletion_time"] and int(r["gpu_milli"]) > 0:
+                rows.append(r)
+    if not rows:
+        raise TraceError(f"{path}: no GPU pod that was scheduled and ended")
     rng = random.Random(seed)  # noqa: S311 - reproducible sampling
     start = rng.randrange(0, max(1, len(rows) - jobs))
     window = sorted(rows[start:start + jobs], key=lambda r: float(r["creation_time"]))

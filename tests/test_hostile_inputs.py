@@ -1,0 +1,148 @@
+"""Hostile and broken inputs: every one is a problem in the usual format with exit 1 (or a
+usage error, exit 2), never a traceback, and the loader refuses costly files cheaply."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpupool import cli
+from gpupool.spec import loader
+from gpupool.spec.errors import DescriptionError
+from tests.conftest import ROOT
+
+LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi",
+                                                                   strict=True))
+# name -> (file content, the one problem's rule)
+FILES: dict[str, tuple[bytes, str]] = {
+    "billion-laughs": (LAUGHS.encode(), "yaml-aliases"),
+    "binary-garbage": (b"\xff\xfe\x00garbage\x00\x01\x02", "encoding"),
+    "latin-1": ("pool: {name: caf\u00e9}\n".encode("latin-1"), "encoding"),
+    "python-tag": (b"pool: !!python/object/apply:os.system [id]\n", "yaml"),
+    "unhashable-key": (b"? [a, b]\n: 1\n", "yaml"),
+    "deep-nesting": (b"a: " + b"[" * 5000 + b"]" * 5000 + b"\n", "yaml"),
+    "unclosed-flow": (b"pool: {name: lab\n", "yaml"),
+    "too-large": (b"x: " + b"a" * (loader.MAX_BYTES + 10) + b"\n", "file-size"),
+    "duplicate-after-merge": (b"a: &a {b: 1}\nc:\n  <<: *a\n  d: 1\n  d: 2\n", "yaml"),
+}
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_hostile_file_is_one_problem(tmp_path: Path, name: str) -> None:
+    content, rule = FILES[name]
+    path = tmp_path / f"{name}.yaml"
+    path.write_bytes(content)
+    with pytest.raises(DescriptionError) as info:
+        loader.load_file(path)
+    (problem,) = info.value.problems
+    assert problem.rule == rule, problem
+    assert len(repr(problem.value)) < 200  # echoed values are cut short
+
+
+def test_not_a_mapping_and_empty_file(tmp_path: Path) -> None:
+    for text in ("- 1\n- 2\n", "", "42\n"):
+        path = tmp_path / "d.yaml"
+        path.write_text(text)
+        with pytest.raises(DescriptionError) as info:
+            loader.load_file(path)
+        assert [p.path for p in info.value.problems] == ["(top)"]
+
+
+def test_merge_keys_are_accepted(tmp_path: Path) -> None:
+    text = loader.description_path("lab", ROOT).read_text()
+    head = "    class: lab-l4\n    rack: r1\n    owner_team: vision\n"
+    assert text.count("  lab-gpu1:\n" + head) == 1 and text.count("  lab-gpu2:\n" + head) == 1
+    text = text.replace("  lab-gpu1:\n" + head, "  lab-gpu1: &gpu\n" + head)
+    text = text.replace("  lab-gpu2:\n" + head, "  lab-gpu2:\n    <<: *gpu\n")
+    path = tmp_path / "merged.yaml"
+    path.write_text(text)
+    merged = loader.load_file(path)
+    plain = loader.load_stack("lab", ROOT)
+    assert merged.nodes == plain.nodes  # lab-gpu2 keeps its own addresses over the merged
+
+
+def test_a_byte_order_mark_is_fine(tmp_path: Path) -> None:
+    path = tmp_path / "bom.yaml"
+    path.write_bytes(b"\xef\xbb\xbf" + loader.description_path("lab", ROOT).read_bytes())
+    assert loader.load_file(path).pool.name == "lab"
+
+
+def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    try:
+        rc = cli.main(argv)
+    except SystemExit as exc:  # argparse: usage errors
+        rc = int(exc.code or 0)
+    captured = capsys.readouterr()
+    return rc, captured.out + captured.err
+
+
+def _bad_files(tmp_path: Path) -> dict[str, Path]:
+    files = {"missing": tmp_path / "missing.csv", "directory": tmp_path,
+             "binary": tmp_path / "binary.csv", "wrong-header": tmp_path / "wrong.csv",
+             "bad-values": tmp_path / "values.csv", "nul": tmp_path / "nul.csv"}
+    files["binary"].write_bytes(b"\xff\xfe\x00\x01")
+    files["wrong-header"].write_text("a,b\n1,2\n")
+    files["bad-values"].write_text(
+        "job_id,team,class,gpus,submit_s,duration_s\n1,vision,training,many,0,1\n")
+    files["nul"].write_bytes(b"job_id,team\x00\n1,2\n")
+    return files
+
+
+@pytest.mark.parametrize("verb", ["audit --sacct", "audit --alibaba", "replay --trace",
+                                  "replay --alibaba", "validate --file", "show --file",
+                                  "inventory --file", "slurm render --file", "plan --file",
+                                  "policy --file", "gate --file", "drill all --file",
+                                  "lab status --file"])
+def test_every_verb_turns_bad_files_into_problems(tmp_path: Path, verb: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    for what, path in _bad_files(tmp_path).items():
+        args = verb.split()
+        argv = [*args, str(path)]
+        if "--file" not in args:
+            argv = [*argv, "--stack", "lab", "--out", str(tmp_path / "out")]
+        rc, output = _cli(argv, capsys)
+        assert "Traceback" not in output, (verb, what, output)
+        assert rc in (cli.EXIT_INVALID, cli.EXIT_USAGE), (verb, what, rc, output)
+
+
+@pytest.mark.parametrize("argv", [
+    ["inventory", "--stack", "lab", "-o", "/nonexistent/folder/inventory.yml"],
+    ["slurm", "render", "--stack", "lab", "--out", "/proc/no/such"],
+    ["slurm", "render", "--stack", "lab", "--vars", "/proc/no/such/vars.yml"],
+    ["validate", "--stack", "no-such-stack"],
+    ["validate", "--stack", "../../etc/passwd"],
+    ["audit", "--stack", "lab", "--wait-target", "soon"],
+    ["frobnicate"],
+])
+def test_bad_arguments_and_unwritable_outputs(argv: list[str],
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    rc, output = _cli(argv, capsys)
+    assert "Traceback" not in output, output
+    assert rc in (cli.EXIT_INVALID, cli.EXIT_USAGE), (rc, output)
+
+
+def test_an_internal_error_is_one_line_unless_debugging(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpupool.render import summary  # noqa: PLC0415
+
+    def broken(_desc: object) -> object:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(summary, "summarize", broken)
+    rc, output = _cli(["show", "--stack", "lab"], capsys)
+    assert rc == cli.EXIT_INTERNAL and "Traceback" not in output
+    assert "ZeroDivisionError: a bug" in output and "--debug" in output
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["show", "--stack", "lab", "--debug"])
+
+
+def test_invalid_json_output_names_the_problem(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "laughs.yaml"
+    path.write_text(LAUGHS)
+    rc, output = _cli(["validate", "--file", str(path), "--json"], capsys)
+    assert rc == cli.EXIT_INVALID
+    assert json.loads(output)["problems"][0]["rule"] == "yaml-aliases"
