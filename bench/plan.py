@@ -43,7 +43,7 @@ def synthetic(nodes: int) -> Description:
         data["nodes"][controller]["rack"])
     out = {controller: data["nodes"][controller]}
     for i in range(nodes):
-        host = i + 1024  # clear of the controller's addresses
+        host = i + 16384  # clear of the controller's addresses (10.x.9.y in the example)
         out[f"n{i:04d}"] = {"class": gpu_classes[i % len(gpu_classes)],
                             "rack": racks[i // RACK_SIZE],
                             "addresses": {s: str(net[host]) for s, net in segments.items()}}

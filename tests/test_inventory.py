@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -66,3 +68,43 @@ def test_show_totals(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["show", "--stack", "example"]) == cli.EXIT_OK
     human = capsys.readouterr().out
     assert "GPU capacity of pool prod" in human and "Team quotas" in human
+
+
+def test_inventory_grows_linearly_with_the_pool() -> None:
+    # Sizes, not times: every host once carried every source address of every flow, so
+    # 4x the nodes made a 16x inventory (about 2 GB at 3,000 nodes).
+    from bench.plan import synthetic  # noqa: PLC0415
+    from gpupool.render import inventory  # noqa: PLC0415
+
+    small, large = (len(json.dumps(inventory.build(synthetic(n)))) for n in (100, 400))
+    assert large < 5 * small
+
+
+def _firewall(stack: str, node: str) -> str:
+    import jinja2  # noqa: PLC0415
+
+    from gpupool.render import inventory  # noqa: PLC0415
+
+    inv = inventory.build(loader.load_stack(stack, ROOT))["all"]
+    env = jinja2.Environment(  # as Ansible's template module: trim_blocks  # noqa: S701
+        loader=jinja2.FileSystemLoader(ROOT / "roles" / "hardening" / "templates"),
+        trim_blocks=True, undefined=jinja2.StrictUndefined)
+    return env.get_template("nftables.conf.j2").render(
+        ansible_managed="test", inventory_hostname=node,
+        hardening_inbound=inv["hosts"][node]["gpupool_node"]["inbound"],
+        hardening_sources=inv["vars"]["gpupool_flow_sources"])
+
+
+@pytest.mark.parametrize(("stack", "node"), [("lab", "lab-gpu1"), ("lab", "lab-ctl"),
+                                             ("example", "h100-a1"), ("example", "mgmt1")])
+def test_firewall_ruleset_is_valid_nftables(stack: str, node: str, tmp_path: Path) -> None:
+    ruleset = _firewall(stack, node)
+    assert "policy drop" in ruleset and "@src_" in ruleset
+    nft = shutil.which("nft")
+    if nft is None or os.geteuid() != 0:
+        pytest.skip("nft -c needs the nftables package and root (scripts/bootstrap.sh)")
+    path = tmp_path / "nftables.conf"
+    path.write_text(ruleset)
+    proc = subprocess.run([nft, "-c", "-f", str(path)], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr

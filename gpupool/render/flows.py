@@ -6,12 +6,16 @@ open connections to addresses in segment Y on those ports, from any of its addre
 take part through the source segment's cloud CIDR, and the admin CIDRs count as members
 of the management segment. Everything else between pool hosts is dropped. The hardening
 role's firewall and the acceptance gate's network checks both come from these functions.
+
+Sources are kept per source segment (`segment_sources`, computed once per render) and
+allowances name the segment they come from, so the inventory grows linearly with the pool:
+every host's firewall refers to the pool-wide sets instead of carrying its own copy.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from gpupool.spec.model import Description
 
@@ -21,36 +25,44 @@ ALL_PORTS = "all"
 @dataclass(frozen=True)
 class Allowance:
     segment: str  # the destination segment (the interface a packet arrives on)
+    source_segment: str  # the flow's source: its addresses are segment_sources()[it]
     sources: tuple[str, ...]  # addresses or CIDRs allowed in
     protocol: str  # tcp | udp | all
     ports: tuple[int, ...]  # empty with protocol all
-
-
-def segment_members(desc: Description, segment: str) -> list[str]:
-    return [n for n, node in desc.nodes.items() if segment in node.addresses]
 
 
 def host_addresses(desc: Description, node: str) -> list[str]:
     return sorted(desc.nodes[node].addresses.values())
 
 
-def inbound(desc: Description, node: str) -> list[Allowance]:
-    """The inbound allowances of one node, per destination segment it sits on."""
-    mine = desc.nodes[node].addresses
-    out: list[Allowance] = []
-    for flow in desc.network.flows:
-        if flow.to not in mine:
-            continue
-        sources = {a for member in segment_members(desc, flow.from_)
-                   for a in host_addresses(desc, member)}
-        cloud = desc.network.segments[flow.from_].cloud_cidr
+def segment_sources(desc: Description) -> dict[str, tuple[str, ...]]:
+    """Per segment that is a flow's source: every address of every host on it, its cloud
+    CIDR (burst nodes), and for management the admin CIDRs. One pass over the hosts."""
+    wanted = {f.from_ for f in desc.network.flows}
+    found: dict[str, set[str]] = {s: set() for s in sorted(wanted)}
+    for node in desc.nodes.values():
+        addresses = node.addresses.values()
+        for segment in wanted & node.addresses.keys():
+            found[segment].update(addresses)
+    for segment, addresses in found.items():
+        cloud = desc.network.segments[segment].cloud_cidr if (
+            segment in desc.network.segments) else None
         if cloud:
-            sources.add(cloud)
-        if flow.from_ == "management":
-            sources.update(desc.network.admin_cidrs)
-        out.append(Allowance(flow.to, tuple(sorted(sources)), flow.protocol,
-                             tuple(flow.ports)))
-    return out
+            addresses.add(cloud)
+        if segment == "management":
+            addresses.update(desc.network.admin_cidrs)
+    return {s: tuple(sorted(a)) for s, a in found.items()}
+
+
+def inbound(desc: Description, node: str,
+            sources: dict[str, tuple[str, ...]] | None = None) -> list[Allowance]:
+    """The inbound allowances of one node, per destination segment it sits on. Pass the
+    render's segment_sources() when calling this for many nodes."""
+    sources = segment_sources(desc) if sources is None else sources
+    mine = desc.nodes[node].addresses
+    return [Allowance(flow.to, flow.from_, sources[flow.from_], flow.protocol,
+                      tuple(flow.ports))
+            for flow in desc.network.flows if flow.to in mine]
 
 
 def allowed(desc: Description, src: str, dst: str, segment: str, port: int) -> bool:
@@ -70,7 +82,11 @@ def probe_ports(desc: Description) -> list[int]:
     return sorted({*declared, canary})
 
 
-def inbound_vars(desc: Description, node: str) -> list[dict[str, object]]:
-    """inbound() as plain data for the hardening role's firewall template."""
-    return [asdict(a) | {"address": desc.nodes[node].addresses[a.segment]}
-            for a in inbound(desc, node)]
+def inbound_vars(desc: Description, node: str,
+                 sources: dict[str, tuple[str, ...]]) -> list[dict[str, object]]:
+    """inbound() as plain data for the hardening role's firewall template: without the
+    source addresses, which the template takes from the pool-wide gpupool_flow_sources."""
+    return [{"segment": a.segment, "source_segment": a.source_segment,
+             "protocol": a.protocol, "ports": list(a.ports),
+             "address": desc.nodes[node].addresses[a.segment]}
+            for a in inbound(desc, node, sources)]

@@ -33,15 +33,20 @@ def pool_vars(desc: Description) -> dict[str, Any]:
         "gpupool_storage_tiers": {
             n: t.model_dump(mode="json") for n, t in desc.storage_tiers.items()},
         "gpupool_gpu_capacity": gpu_capacity(desc),
+        # Per flow source segment, the addresses its flows let in (gpupool/render/flows.py):
+        # once for the pool, so the inventory grows linearly with it.
+        "gpupool_flow_sources": {s: list(a) for s, a in flows.segment_sources(desc).items()},
         # The scheduler policy the slurm role applies (gpupool/render/slurm.py).
         "gpupool_slurm": slurm.plan(desc),
         **({"gpupool_description_file": str(desc.source)} if desc.source else {}),
     }
 
 
-def host_vars(desc: Description, name: str) -> dict[str, Any]:
+def host_vars(desc: Description, name: str, places: dict[str, Any] | None = None,
+              sources: dict[str, tuple[str, ...]] | None = None) -> dict[str, Any]:
+    """One host's variables; pass places and sources, computed once, for many hosts."""
     node = desc.nodes[name]
-    place = rack_places(desc)[node.rack]
+    place = (places or rack_places(desc))[node.rack]
     cls = desc.node_classes[node.class_]
     return {
         "ansible_host": node.addresses["management"],
@@ -60,7 +65,8 @@ def host_vars(desc: Description, name: str) -> dict[str, Any]:
             "memory_gib": cls.memory_gib,
             "nvme": cls.nvme.model_dump(mode="json"),
             # Inbound firewall allowances from the declared flows (gpupool/render/flows.py).
-            "inbound": flows.inbound_vars(desc, name),
+            "inbound": flows.inbound_vars(
+                desc, name, flows.segment_sources(desc) if sources is None else sources),
         },
     }
 
@@ -69,6 +75,7 @@ def build(desc: Description, extra_vars: dict[str, Any] | None = None) -> dict[s
     """An inventory in Ansible's YAML inventory format."""
     groups: dict[str, set[str]] = {}
     places = rack_places(desc)
+    sources = flows.segment_sources(desc)
 
     def add(group: str, host: str | None = None) -> None:
         members = groups.setdefault(group, set())
@@ -98,7 +105,7 @@ def build(desc: Description, extra_vars: dict[str, Any] | None = None) -> dict[s
     }
     return {
         "all": {
-            "hosts": {n: host_vars(desc, n) for n in desc.nodes},
+            "hosts": {n: host_vars(desc, n, places, sources) for n in desc.nodes},
             "vars": {**pool_vars(desc), **(extra_vars or {})},
             "children": children,
         }

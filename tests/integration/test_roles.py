@@ -93,12 +93,11 @@ def test_firewall_follows_declared_flows(hosts: dict[str, Any], lab_desc: Descri
             if flow.to in node.addresses and flow.ports:
                 daddr = node.addresses[flow.to]
                 line = next((r for r in rules.splitlines() if f"ip daddr {daddr}" in r
-                             and str(flow.ports[0]) in r), None)
+                             and f"@src_{flow.from_}" in r and str(flow.ports[0]) in r), None)
                 assert line, (name, flow)
-        # No flow targets the training segment from storage: nothing opens it.
-        storage = lab_desc.network.segments["storage"].cidr
-        assert not any(storage in r and node.addresses.get("training", "-") in r
-                       for r in rules.splitlines())
+        # Sources are pool-wide sets, one per flow source segment. Storage is no flow's
+        # source: no set for it, so nothing is admitted from it.
+        assert "set src_management" in rules and "src_storage" not in rules
 
 
 def test_sysctls_rendered_and_only_namespaced_applied(hosts: dict[str, Any],
