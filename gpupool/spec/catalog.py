@@ -62,3 +62,44 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
         InstanceType("g5.12xlarge", "a10g", 4, 24, 48, 192, 0),
     )
 }
+
+
+# Names a description may not take, because something on a node or in a cluster already
+# owns them.
+# System users of a Debian host (base-passwd, systemd, the packages the roles install):
+# a team member of that name would take over a service account.
+RESERVED_USERS = frozenset({
+    "root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp",
+    "proxy", "www-data", "backup", "list", "irc", "gnats", "nobody", "_apt",
+    "systemd-network", "systemd-resolve", "systemd-timesync", "systemd-coredump",
+    "messagebus", "sshd", "polkitd", "avahi", "statd", "_rpc", "_chrony", "chrony", "ntp",
+    "slurm", "munge", "nvidia-persistenced", "prometheus", "node-exporter", "dcgm",
+    "nvidia-dcgm", "ansible", "admin", "operator", "ubuntu", "debian", "ec2-user",
+})
+# Kubernetes namespaces of the system and of the operators gpupool deploys: a team's
+# namespace (named as the team) must not be one of them.
+RESERVED_NAMESPACES = frozenset({
+    "default", "kube-system", "kube-public", "kube-node-lease", "gpu-operator",
+    "kueue-system", "monitoring", "cert-manager", "ingress-nginx",
+})
+# Slurm's own names: the root account, the default QOS and partition keywords.
+RESERVED_SLURM_NAMES = frozenset({"root", "normal", "default", "all"})
+# Directories of the operating system a storage tier must not be mounted over.
+SYSTEM_DIRECTORIES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64",
+                      "/libx32", "/proc", "/root", "/run", "/sbin", "/sys", "/usr", "/var")
+# Mount options a tier may declare, per file system type; anything else is refused.
+MOUNT_OPTIONS = {
+    "local": frozenset({"defaults", "ro", "rw", "noatime", "relatime", "nodiratime",
+                        "nodev", "nosuid", "noexec", "discard", "nofail"}),
+    "nfs": frozenset({"defaults", "ro", "rw", "noatime", "relatime", "nodiratime", "nodev",
+                      "nosuid", "noexec", "hard", "soft", "intr", "nofail", "_netdev",
+                      "vers=3", "vers=4", "vers=4.0", "vers=4.1", "vers=4.2", "nconnect=2",
+                      "nconnect=4", "nconnect=8", "nconnect=16", "proto=tcp", "proto=rdma",
+                      "sec=sys", "sec=krb5", "sec=krb5i", "sec=krb5p", "lookupcache=positive",
+                      "actimeo=0", "actimeo=30", "actimeo=60", "rsize=1048576",
+                      "wsize=1048576", "async", "sync"}),
+    "lustre": frozenset({"defaults", "ro", "rw", "noatime", "nodev", "nosuid", "noexec",
+                         "flock", "localflock", "user_xattr", "nouser_xattr", "_netdev",
+                         "nofail", "lazystatfs"}),
+    "object": frozenset({"ro", "rw"}),
+}

@@ -17,7 +17,16 @@ from pydantic import TypeAdapter, ValidationError
 from gpupool.paths import PROJECT_ROOT
 from gpupool.spec import rules
 from gpupool.spec.errors import DescriptionError, Problem
-from gpupool.spec.model import DURATION_RE, NAME_RE, USER_RE, VERSION_RE, Description
+from gpupool.spec.model import (
+    DURATION_RE,
+    MOUNT_OPTION_RE,
+    MOUNT_PATH_RE,
+    MOUNT_SOURCE_RE,
+    NAME_RE,
+    USER_RE,
+    VERSION_RE,
+    Description,
+)
 
 CONFIG_KEY = "gpupool:description"
 
@@ -30,6 +39,11 @@ _PATTERN_RULES = {
                                    "wildcards or 'latest')"),
     DURATION_RE: ("duration", "must be a whole number with unit s, m, h or d, such as 4h"),
     USER_RE: ("user-name", "must be a Unix user name"),
+    MOUNT_PATH_RE: ("mount-path", "must be an absolute path of plain names (letters, digits, "
+                                  "'-', '_', '.'), without '//' or a trailing '/'"),
+    MOUNT_SOURCE_RE: ("mount-source", "must be server:/export (NFS) or nid@net:/fsname "
+                                      "(Lustre)"),
+    MOUNT_OPTION_RE: ("mount-option", "must be a mount option such as noatime or vers=4.2"),
 }
 
 

@@ -67,7 +67,10 @@ class Pool(Strict):
     cost_centre: CostCentre
     # Home region of the pool's cloud storage (buckets, key, scratch file system).
     cloud_region: Region
-    domain: Annotated[str, StringConstraints(pattern=r"^[a-z0-9.-]+$")] = "pool.internal"
+    # DNS labels joined by dots: no empty label, none starting or ending with '-'.
+    domain: Annotated[str, StringConstraints(
+        pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$",
+        max_length=253)] = "pool.internal"
 
 
 class LeafSwitch(Strict):
@@ -204,11 +207,18 @@ class FsType(StrEnum):
     OBJECT = "object"
 
 
+MOUNT_PATH_RE = r"^(/[A-Za-z0-9_][-A-Za-z0-9_.]*)+$"  # absolute; no '//', no trailing '/'
+# host:/export (NFS) or nid@net[:nid@net]:/fsname (Lustre)
+MOUNT_SOURCE_RE = r"^([A-Za-z0-9][-A-Za-z0-9_.@:,]*:/[-A-Za-z0-9_./]*)?$"
+MOUNT_OPTION_RE = r"^[a-z_][a-z0-9_]*(=[A-Za-z0-9_.,:/-]+)?$"
+
+
 class Mount(Strict):
-    path: Annotated[str, StringConstraints(pattern=r"^/[-A-Za-z0-9_./]*$")]
+    path: Annotated[str, StringConstraints(pattern=MOUNT_PATH_RE, max_length=255)]
     fstype: FsType
-    source: str = ""
-    options: list[str] = []
+    source: Annotated[str, StringConstraints(pattern=MOUNT_SOURCE_RE, max_length=255)] = ""
+    options: list[Annotated[str, StringConstraints(pattern=MOUNT_OPTION_RE,
+                                                   max_length=64)]] = []
 
 
 class Transition(Strict):
@@ -244,7 +254,7 @@ class Flow(Strict):
 
 class Network(Strict):
     admin_cidrs: Annotated[list[Cidr], Field(min_length=1)]
-    segments: Annotated[dict[str, Segment], Field(min_length=1)]
+    segments: Annotated[dict[Name, Segment], Field(min_length=1)]
     flows: list[Flow] = []
 
 
@@ -256,7 +266,9 @@ class Software(Strict):
     nccl: Version
     gpu_operator: Version
     slurm: Version
-    blocklist: dict[str, list[str]] = {}
+    # component (a field above) -> versions never to install
+    blocklist: dict[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z_]{0,31}$")],
+                    list[Version]] = {}
 
 
 class Description(Strict):

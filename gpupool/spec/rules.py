@@ -12,7 +12,15 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from itertools import combinations
 
-from gpupool.spec.catalog import GPU_MODELS, INSTANCE_TYPES
+from gpupool.spec.catalog import (
+    GPU_MODELS,
+    INSTANCE_TYPES,
+    MOUNT_OPTIONS,
+    RESERVED_NAMESPACES,
+    RESERVED_SLURM_NAMES,
+    RESERVED_USERS,
+    SYSTEM_DIRECTORIES,
+)
 from gpupool.spec.errors import Problem
 from gpupool.spec.facts import gpu_capacity, rack_places
 from gpupool.spec.model import (
@@ -352,3 +360,92 @@ def software(desc: Description) -> Iterator[Problem]:
         elif locked[component] in versions:
             yield Problem(f"software.{component}", "version-not-blocklisted",
                           "the locked version is on the blocklist", locked[component])
+
+
+@rule("teams", "task_classes", "nodes", "burst_groups", "sites")
+def names(desc: Description) -> Iterator[Problem]:
+    """Names that something else already owns, or that gpupool generates itself."""
+    for team, t in desc.teams.items():
+        if team in RESERVED_NAMESPACES:
+            yield Problem(f"teams.{team}", "team-name-reserved", "a team's Kubernetes "
+                          "namespace is named as the team: this one belongs to the system or "
+                          "an operator", team)
+        if team in RESERVED_SLURM_NAMES:
+            yield Problem(f"teams.{team}", "team-name-reserved", "a team is a Slurm account: "
+                          "this name is Slurm's own", team)
+        for role, users in t.members.items():
+            for i, user in enumerate(users):
+                if user in RESERVED_USERS or user.startswith(("systemd-", "_")):
+                    yield Problem(f"teams.{team}.members.{role.value}[{i}]", "user-reserved",
+                                  "a system or service account of the nodes, not a person",
+                                  user)
+    for name in desc.task_classes:
+        if name in RESERVED_SLURM_NAMES:
+            yield Problem(f"task_classes.{name}", "class-name-reserved",
+                          "a task class is a Slurm partition and QOS: this name is Slurm's "
+                          "own", name)
+    # Burst groups name their cloud nodes <group>-<i> and get a switch named as the group.
+    generated = {n: g for g, grp in desc.burst_groups.items()
+                 for n in (f"{g}-{i}" for i in range(grp.max_nodes))}
+    for node in desc.nodes:
+        if node in generated:
+            yield Problem(f"nodes.{node}", "node-name-generated",
+                          f"burst group {generated[node]} names its cloud nodes like this",
+                          node)
+    for site, s in desc.sites.items():
+        for leaf in s.leaf_switches:
+            if leaf in desc.burst_groups:
+                yield Problem(f"sites.{site}.leaf_switches.{leaf}", "switch-name-generated",
+                              "burst groups get a switch of their own named as the group",
+                              leaf)
+
+
+@rule("storage_tiers")
+def mounts(desc: Description) -> Iterator[Problem]:
+    for name, tier in desc.storage_tiers.items():
+        if tier.mount is None:
+            continue
+        path = f"storage_tiers.{name}.mount"
+        mount = tier.mount  # its path's pattern already refuses '.', '..', '//' and a final '/'
+        if any(mount.path == d or mount.path.startswith(d + "/") for d in SYSTEM_DIRECTORIES):
+            yield Problem(f"{path}.path", "mount-path-system",
+                          "a tier may not be mounted over the operating system's directories",
+                          mount.path)
+        allowed = MOUNT_OPTIONS[mount.fstype.value]
+        for i, option in enumerate(mount.options):
+            if option not in allowed:
+                yield Problem(f"{path}.options[{i}]", "mount-option-allowed",
+                              f"not an option gpupool allows for {mount.fstype.value}: "
+                              f"{', '.join(sorted(allowed))}", option)
+        if len(set(mount.options)) != len(mount.options):
+            yield Problem(f"{path}.options", "mount-option-unique", "an option is listed twice",
+                          mount.options)
+        remote = mount.fstype.value in ("nfs", "lustre")
+        if remote and not mount.source:
+            yield Problem(f"{path}.source", "mount-source-required",
+                          f"{mount.fstype.value} mounts name their server and export", None)
+        if not remote and mount.source:
+            yield Problem(f"{path}.source", "mount-source-unused",
+                          f"{mount.fstype.value} mounts take no source", mount.source)
+
+
+@rule("network", "nodes")
+def ipv4(desc: Description) -> Iterator[Problem]:
+    """The firewall, the lab and the cloud side are IPv4: an IPv6 value would be dropped
+    or break them, so it is refused where it is written. Admin ranges are private."""
+    net = desc.network
+    values = [(f"network.segments.{n}.{f}", v) for n, s in net.segments.items()
+              for f, v in (("cidr", s.cidr), ("cloud_cidr", s.cloud_cidr)) if v]
+    values += [(f"network.admin_cidrs[{i}]", c) for i, c in enumerate(net.admin_cidrs)]
+    values += [(f"nodes.{n}.addresses.{s}", a) for n, node in desc.nodes.items()
+               for s, a in node.addresses.items()]
+    for where, value in values:
+        if ":" in value:
+            yield Problem(where, "ipv4-only", "IPv6 is not supported yet; use IPv4", value)
+    for i, cidr in enumerate(net.admin_cidrs):
+        network = ipaddress.ip_network(cidr)
+        if network.version == 4 and network.prefixlen > 0 and not network.is_private:
+            # Pieces of the internet (two /1s) are as open as 0.0.0.0/0.
+            yield Problem(f"network.admin_cidrs[{i}]", "admin-cidr-private",
+                          "admin ranges must be private (RFC 1918 and the like): the "
+                          "management plane is never open to public addresses", cidr)
