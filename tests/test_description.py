@@ -86,3 +86,17 @@ def test_cli_validate_accepts_shipped_stacks(capsys: pytest.CaptureFixture[str])
     for stack in ("lab", "example"):
         assert cli.main(["validate", "--stack", stack, "--json"]) == cli.EXIT_OK
         assert json.loads(capsys.readouterr().out)["valid"] is True
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_no_verb_proceeds_on_a_malformed_description(case: dict[str, Any], tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # validate refuses what any renderer would: none of them gets to run, none tracebacks.
+    src = tmp_path / "bad.yaml"
+    src.write_text(yaml.safe_dump(mutate(raw_stack(case.get("base", "lab")), case["ops"])))
+    out = tmp_path / "out"
+    for argv in (["validate"], ["inventory", "-o", str(out / "inv.yml")],
+                 ["slurm", "render", "--out", str(out)], ["plan"], ["policy"]):
+        assert cli.main([*argv, "--file", str(src)]) == cli.EXIT_INVALID, argv
+    assert not out.exists()
+    assert "Traceback" not in capsys.readouterr().err

@@ -84,17 +84,21 @@ def test_preemption_relation_matches_the_model(desc):
     assert derived == preemption_pairs(desc)
 
 
-def test_inexpressible_preemption_is_refused():
-    data = mutate(raw_stack("lab"), [{"set": "task_classes.training.preempts", "value": []}])
+def _unchecked(desc, cls, **update):
+    """desc with one task class changed, past validation (which refuses what follows):
+    the renderer must still refuse rather than render another policy."""
+    changed = desc.task_classes[cls].model_copy(update=update)
+    return desc.model_copy(update={"task_classes": {**desc.task_classes, cls: changed}})
+
+
+def test_inexpressible_preemption_is_refused(desc):
     with pytest.raises(slurm.SlurmPolicyError, match="partition priority preemption"):
-        slurm.slurm_conf(loader.parse(data))
+        slurm.slurm_conf(_unchecked(desc, "training", preempts=[]))
 
 
-def test_priority_above_slurm_maximum_is_refused():
-    data = mutate(raw_stack("lab"), [{"set": "task_classes.interactive.priority",
-                                      "value": 70000}])
+def test_priority_above_slurm_maximum_is_refused(desc):
     with pytest.raises(slurm.SlurmPolicyError, match="PriorityTier"):
-        slurm.slurm_conf(loader.parse(data))
+        slurm.slurm_conf(_unchecked(desc, "interactive", priority=70000))
 
 
 def test_topology_tree_from_leaf_switches(desc):

@@ -14,7 +14,7 @@ from typing import Any
 from gpupool.render.cloud import LABEL_PREFIX, labels, onprem_sources
 from gpupool.render.scheduling import class_policies, preemption_pairs, team_quotas
 from gpupool.spec.catalog import INSTANCE_TYPES
-from gpupool.spec.facts import CAPACITY_TYPES, gpu_capacity
+from gpupool.spec.facts import CAPACITY_TYPES, gpu_capacity, preemption_kueue_expressible
 from gpupool.spec.model import Capacity, Description, NodeRole
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
@@ -228,10 +228,6 @@ def preemptible_classes(desc: Description) -> list[str]:
     return [c.name for c in class_policies(desc) if c.preemptible]
 
 
-def guaranteed_classes(desc: Description) -> list[str]:
-    return [c.name for c in class_policies(desc) if not c.preemptible]
-
-
 def queue_of(desc: Description, team: str, task_class: str) -> str:
     """The ClusterQueue a team's workloads of a class go to."""
     return f"{team}-preemptible" if desc.task_classes[task_class].preemptible else team
@@ -253,7 +249,7 @@ def kueue_preemption_pairs(desc: Description) -> set[tuple[str, str]]:
     wanted = preemption_pairs(desc)
     if not wanted:
         return set()
-    expressible = {(a, b) for a in guaranteed_classes(desc) for b in preemptible_classes(desc)}
+    expressible = preemption_kueue_expressible(desc)
     if wanted != expressible:
         raise ValueError(
             "Kueue queues can only let every non-preemptible class preempt every "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpupool.spec.facts import preemption_wanted
 from gpupool.spec.model import Description, duration_seconds
 
 
@@ -47,4 +48,4 @@ def team_quotas(desc: Description) -> list[TeamQuota]:
 
 def preemption_pairs(desc: Description) -> set[tuple[str, str]]:
     """(preemptor, victim) class pairs the policy allows."""
-    return {(c.name, v) for c in class_policies(desc) for v in c.preempts}
+    return preemption_wanted(desc)

@@ -28,6 +28,7 @@ from typing import Any
 
 from gpupool.render import cloud
 from gpupool.render.scheduling import ClassPolicy, class_policies, preemption_pairs, team_quotas
+from gpupool.spec.catalog import SLURM_MAX_PRIORITY_TIER
 from gpupool.spec.facts import (
     burst_capacity_split,
     burst_gpus_per_node,
@@ -35,12 +36,13 @@ from gpupool.spec.facts import (
     burst_model,
     controller,
     gpu_nodes,
+    preemption_slurm_expressible,
     rack_places,
 )
 from gpupool.spec.model import Capacity, Description, NodeRole
 
 # Slurm caps PriorityTier and PriorityJobFactor at this value.
-MAX_TIER = 65533
+MAX_TIER = SLURM_MAX_PRIORITY_TIER
 # Usable memory is below the installed amount (kernel, firmware, daemons); a node that
 # reports less than RealMemory is drained, so declare a little less than installed.
 USABLE_MEMORY = 0.95
@@ -188,8 +190,9 @@ def _line(pairs: Iterable[tuple[str, Any]]) -> str:
 def _check_preemption(desc: Description, classes: list[ClassPolicy]) -> None:
     """partition_prio lets every higher tier preempt every preemptible lower tier. Refuse
     a description whose preemption pairs differ, rather than render a different policy."""
-    expressible = {(hi.name, lo.name) for hi in classes for lo in classes
-                   if hi.priority > lo.priority and lo.preemptible}
+    # Validation refuses these already (rules.preemption); a renderer handed an unchecked
+    # model still refuses rather than render a different policy.
+    expressible = preemption_slurm_expressible(desc)
     wanted = preemption_pairs(desc)
     if wanted != expressible:
         raise SlurmPolicyError(

@@ -103,3 +103,5 @@ MOUNT_OPTIONS = {
                          "nofail", "lazystatfs"}),
     "object": frozenset({"ro", "rw"}),
 }
+# Slurm's highest partition PriorityTier (slurm.conf(5)): task class priorities map to it.
+SLURM_MAX_PRIORITY_TIER = 65533

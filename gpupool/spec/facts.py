@@ -88,3 +88,26 @@ def total_gpus(desc: Description, model: str) -> int:
 
 def gpu_product(model: str) -> str:
     return GPU_MODELS[model].product
+
+
+# -- preemption: what the description asks for and what each scheduler can express -------
+
+def preemption_wanted(desc: Description) -> set[tuple[str, str]]:
+    """(preemptor, victim) task class pairs the description declares."""
+    return {(name, victim) for name, c in desc.task_classes.items() for victim in c.preempts}
+
+
+def preemption_slurm_expressible(desc: Description) -> set[tuple[str, str]]:
+    """Slurm's partition_prio: every class preempts every preemptible class of lower
+    priority (PriorityTier), and nothing else."""
+    classes = desc.task_classes.items()
+    return {(a, b) for a, ca in classes for b, cb in classes
+            if ca.priority > cb.priority and cb.preemptible}
+
+
+def preemption_kueue_expressible(desc: Description) -> set[tuple[str, str]]:
+    """Kueue's cohort reclaim as gpupool renders it: every non-preemptible class preempts
+    every preemptible class, and nothing else (or nothing preempts at all)."""
+    classes = desc.task_classes.items()
+    return {(a, b) for a, ca in classes if not ca.preemptible
+            for b, cb in classes if cb.preemptible}

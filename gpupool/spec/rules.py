@@ -19,10 +19,17 @@ from gpupool.spec.catalog import (
     RESERVED_NAMESPACES,
     RESERVED_SLURM_NAMES,
     RESERVED_USERS,
+    SLURM_MAX_PRIORITY_TIER,
     SYSTEM_DIRECTORIES,
 )
 from gpupool.spec.errors import Problem
-from gpupool.spec.facts import gpu_capacity, rack_places
+from gpupool.spec.facts import (
+    gpu_capacity,
+    preemption_kueue_expressible,
+    preemption_slurm_expressible,
+    preemption_wanted,
+    rack_places,
+)
 from gpupool.spec.model import (
     SEGMENT_NAMES,
     Capacity,
@@ -449,3 +456,48 @@ def ipv4(desc: Description) -> Iterator[Problem]:
             yield Problem(f"network.admin_cidrs[{i}]", "admin-cidr-private",
                           "admin ranges must be private (RFC 1918 and the like): the "
                           "management plane is never open to public addresses", cidr)
+
+
+@rule("task_classes")
+def preemption(desc: Description) -> Iterator[Problem]:
+    """What the schedulers cannot express is refused here, not when rendering: `validate`
+    accepts a description only when Slurm and Kueue renderings will."""
+    classes = desc.task_classes
+    for name, c in classes.items():
+        if c.priority > SLURM_MAX_PRIORITY_TIER:
+            yield Problem(f"task_classes.{name}.priority", "priority-within-slurm",
+                          f"above Slurm's highest PriorityTier {SLURM_MAX_PRIORITY_TIER}",
+                          c.priority)
+        if c.preemptible and not c.requeue:
+            yield Problem(f"task_classes.{name}.requeue", "preemptible-needs-requeue",
+                          "preempted jobs are requeued in this policy: a preemptible class "
+                          "sets requeue: true", c.requeue)
+    if any(v not in classes for c in classes.values() for v in c.preempts):
+        return  # reported as class-exists
+    wanted = preemption_wanted(desc)
+    slurm = preemption_slurm_expressible(desc)
+    if wanted - slurm:
+        return  # a victim that is not preemptible or not lower: reported per class
+    declared = [list(p) for p in sorted(wanted)]
+    if missing := sorted(slurm - wanted):
+        yield Problem("task_classes", "preemption-expressible",
+                      "Slurm's partition priority preemption lets every class preempt every "
+                      f"preemptible class of lower priority; also declare {missing}", declared)
+    elif wanted and wanted != (kueue := preemption_kueue_expressible(desc)):
+        yield Problem("task_classes", "preemption-kueue-expressible",
+                      "Kueue lets every non-preemptible class preempt every preemptible "
+                      f"one and nothing else; missing {sorted(kueue - wanted)}, not "
+                      f"expressible {sorted(wanted - kueue)}", declared)
+
+
+@rule("storage_tiers", "burst_groups", "pool")
+def scratch_network(desc: Description) -> Iterator[Problem]:
+    for name, tier in desc.storage_tiers.items():
+        if (tier.purpose is Purpose.SCRATCH and tier.mount is not None
+                and tier.mount.fstype.value == "lustre"
+                and not any(g.region == desc.pool.cloud_region
+                            for g in desc.burst_groups.values())):
+            yield Problem(f"storage_tiers.{name}.mount.fstype", "scratch-needs-vpc",
+                          "Lustre scratch (FSx) lives in the burst VPC of the pool's region "
+                          f"{desc.pool.cloud_region}: no burst group declares one there",
+                          "lustre")
