@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pulumi
 import pulumi_aws as aws
 
-from gpupool.paths import PROJECT_ROOT
+from gpupool.paths import PROJECT_ROOT, find_project
 from gpupool.render import cloud
 from gpupool.spec import loader
 from gpupool.spec.model import Description
@@ -51,4 +53,7 @@ def declare(desc: Description) -> None:
 def main() -> None:
     """What the Pulumi CLI runs: the stack config names the description."""
     path = pulumi.Config("gpupool").require("description")
-    declare(loader.load_file(PROJECT_ROOT / path))
+    # Pulumi runs the program in the project's folder (a `gpupool init` project, or this
+    # checkout): the path is relative to it.
+    root = find_project(Path.cwd()) or PROJECT_ROOT
+    declare(loader.load_file(root / path))

@@ -13,15 +13,35 @@ from pathlib import Path
 
 from gpupool.cli import registry
 from gpupool.cli.output import EXIT_INTERNAL, EXIT_INVALID, emit_json, err
+from gpupool.paths import PROJECT_FILE, find_project
 from gpupool.spec import loader
-from gpupool.spec.errors import DescriptionError
+from gpupool.spec.errors import DescriptionError, Problem
 from gpupool.spec.model import Description
+
+
+def project(args: argparse.Namespace) -> Path:
+    """The pool project a command works in: --project, else the nearest folder from here
+    upwards that holds a Pulumi.yaml. Stacks, their descriptions and stack settings resolve
+    there, never beside the installed package."""
+    if args.project:
+        root = Path(args.project).resolve()
+        if not (root / PROJECT_FILE).is_file():
+            raise DescriptionError(str(root), [Problem(
+                "--project", "project-exists", f"no {PROJECT_FILE} in this folder", str(root))])
+        return root
+    found = find_project(Path.cwd())
+    if found is None:
+        raise DescriptionError(str(Path.cwd()), [Problem(
+            "--project", "project-exists", f"no {PROJECT_FILE} here or in a folder above: "
+            "run `gpupool init DIR` to create a pool project, or pass --project DIR",
+            str(Path.cwd()))])
+    return found
 
 
 def load(args: argparse.Namespace) -> Description:
     if args.file:
         return loader.load_file(Path(args.file))
-    return loader.load_stack(args.stack)
+    return loader.load_stack(args.stack, args.project_root)
 
 
 def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
@@ -33,7 +53,14 @@ def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
         src = p.add_mutually_exclusive_group()
         src.add_argument("--stack", default="lab", help="stack name (default: lab)")
         src.add_argument("--file", help="a description file instead of a stack")
+        p.add_argument("--project", help="the pool project folder (default: the nearest "
+                                         f"folder from here upwards with a {PROJECT_FILE})")
         p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.add_argument("--debug", action="store_true",
+                       help="show the traceback of an internal error")
+        setup(p)
+    for name, (help_, _, setup) in registry.PLAIN.items():
+        p = sub.add_parser(name, help=help_)
         p.add_argument("--debug", action="store_true",
                        help="show the traceback of an internal error")
         setup(p)
@@ -55,8 +82,11 @@ def report_invalid(exc: DescriptionError, as_json: bool) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.command in registry.PLAIN:
+        return registry.PLAIN[args.command][1](args)
     _, handler, _ = registry.COMMANDS[args.command]
     try:
+        args.project_root = None if args.file and not args.project else project(args)
         return handler(args, load(args))
     except DescriptionError as exc:
         return report_invalid(exc, args.json)

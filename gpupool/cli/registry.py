@@ -17,25 +17,43 @@ from gpupool.spec.model import Description
 VERBS = {
     "validate": "validate", "show": "show", "inventory": "inventory",
     "plan": "plan", "policy": "policy", "slurm": "slurm", "audit": "audit",
-    "lab": "lab", "gate": "gate", "drill": "drill", "replay": "replay",
+    "lab": "lab", "gate": "gate", "drill": "drill", "replay": "replay", "init": "init",
 }
 
 Handler = Callable[[argparse.Namespace, Description], int]
+PlainHandler = Callable[[argparse.Namespace], int]
 Setup = Callable[[argparse.ArgumentParser], None]
 COMMANDS: dict[str, tuple[str, Handler, Setup]] = {}
+# Verbs that work without a description (creating a project).
+PLAIN: dict[str, tuple[str, PlainHandler, Setup]] = {}
 
 
 def _no_arguments(p: argparse.ArgumentParser) -> None:
     """The verb takes only the common --stack/--file/--json arguments."""
 
 
-def command(name: str, help_: str, setup: Setup = _no_arguments) -> Callable[[Handler], Handler]:
-    """Register a subcommand that works on a validated description."""
+def _known(name: str) -> None:
     if name not in VERBS:
         raise ValueError(f"verb {name!r} is missing from gpupool.cli.registry.VERBS")
 
+
+def command(name: str, help_: str, setup: Setup = _no_arguments) -> Callable[[Handler], Handler]:
+    """Register a subcommand that works on a validated description."""
+    _known(name)
+
     def wrap(fn: Handler) -> Handler:
         COMMANDS[name] = (help_, fn, setup)
+        return fn
+
+    return wrap
+
+
+def plain_command(name: str, help_: str, setup: Setup) -> Callable[[PlainHandler], PlainHandler]:
+    """Register a subcommand that needs no description."""
+    _known(name)
+
+    def wrap(fn: PlainHandler) -> PlainHandler:
+        PLAIN[name] = (help_, fn, setup)
         return fn
 
     return wrap

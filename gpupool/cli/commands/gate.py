@@ -12,7 +12,6 @@ from gpupool.cli.output import EXIT_USAGE, emit_json, err, out
 from gpupool.cli.registry import command
 from gpupool.gate import runner
 from gpupool.gate.plugin import TIERS
-from gpupool.spec import loader
 from gpupool.spec.model import Description
 
 DEFAULT_OUT = Path(".cache/gate")
@@ -66,7 +65,8 @@ def cmd_gate(args: argparse.Namespace, desc: Description) -> int:
     if unknown:
         err.print(f"[red]unknown node(s)[/]: {', '.join(unknown)}")
         return EXIT_USAGE
-    description = Path(args.file) if args.file else loader.description_path(args.stack)
+    # The file the description was read from: the gate on each node reads it again.
+    description = desc.source or Path(args.file)
     if args.local:
         if len(nodes) != 1:
             err.print("--local gates exactly one node: this machine")

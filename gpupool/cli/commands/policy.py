@@ -30,7 +30,7 @@ def report(violations: list[Violation]) -> None:
 @command("policy", "run the policy pack offline over what the program declares")
 def cmd_policy(args: argparse.Namespace, desc: Description) -> int:
     stack = args.stack if not args.file else desc.pool.name
-    config = {} if args.file else offline.stack_config(stack)
+    config = {} if args.file else offline.stack_config(stack, args.project_root)
     violations = offline.check(plan.declare(desc, stack), desc, config)
     mandatory = [v for v in violations if v.level == Level.MANDATORY]
     if args.json:
