@@ -8,6 +8,7 @@ Every subcommand takes --json for machine-readable output on stdout.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 from pathlib import Path
 
@@ -44,9 +45,17 @@ def load(args: argparse.Namespace) -> Description:
     return loader.load_stack(args.stack, args.project_root)
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("gpupool")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed
+        return "(not installed)"
+
+
 def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
     registry.load(wanted)
     parser = argparse.ArgumentParser(prog="gpupool", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"gpupool {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_, _, setup) in registry.COMMANDS.items():
         p = sub.add_parser(name, help=help_)
