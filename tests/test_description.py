@@ -100,3 +100,20 @@ def test_no_verb_proceeds_on_a_malformed_description(case: dict[str, Any], tmp_p
         assert cli.main([*argv, "--file", str(src)]) == cli.EXIT_INVALID, argv
     assert not out.exists()
     assert "Traceback" not in capsys.readouterr().err
+
+
+VALID = yaml.safe_load((Path(__file__).parent / "corpus" / "valid.yaml").read_text())
+
+
+def test_valid_corpus_is_large_enough() -> None:
+    assert len(VALID) >= 10 and len({c["name"] for c in VALID}) == len(VALID)
+
+
+@pytest.mark.parametrize("case", VALID, ids=[c["name"] for c in VALID])
+def test_unusual_valid_description_is_accepted_and_renders(case: dict[str, Any]) -> None:
+    from gpupool.render import inventory, k8s_objects, slurm  # noqa: PLC0415
+
+    desc = loader.parse(mutate(raw_stack(case.get("base", "lab")), case["ops"]), case["name"])
+    assert inventory.build(desc)["all"]["hosts"]
+    assert "slurm.conf" in slurm.render_files(desc)
+    assert k8s_objects.manifests(desc)
