@@ -7,6 +7,7 @@ mock placeholders.
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
 from typing import Any
 
@@ -51,7 +52,14 @@ def declare(desc: Description, stack: str) -> pulumi_mock.Run:
     """Run the Pulumi program for desc under mocks."""
     from infra import program  # noqa: PLC0415 - pulumi_aws is heavy; load it only here
 
-    return pulumi_mock.run(lambda: program.declare(desc), stack)
+    # The run allocates a great many small objects (resources, outputs, futures) that all
+    # live until it ends: the cyclic collector's passes over them took about half the CPU
+    # time of a 1,000-node plan and freed nothing. Collect once, after.
+    gc.disable()
+    try:
+        return pulumi_mock.run(lambda: program.declare(desc), stack)
+    finally:
+        gc.enable()
 
 
 def pick(inputs: dict[str, Any], path: str) -> Any:
