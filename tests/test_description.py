@@ -32,7 +32,7 @@ def test_example_capacity_is_derived_from_nodes_and_burst_groups() -> None:
 
 
 def test_corpus_is_large_enough() -> None:
-    assert len(CASES) >= 25
+    assert len(CASES) >= 120
     assert len({c["name"] for c in CASES}) == len(CASES)
 
 

@@ -373,13 +373,13 @@ def software(desc: Description) -> Iterator[Problem]:
 def names(desc: Description) -> Iterator[Problem]:
     """Names that something else already owns, or that gpupool generates itself."""
     for team, t in desc.teams.items():
-        if team in RESERVED_NAMESPACES:
-            yield Problem(f"teams.{team}", "team-name-reserved", "a team's Kubernetes "
-                          "namespace is named as the team: this one belongs to the system or "
-                          "an operator", team)
-        if team in RESERVED_SLURM_NAMES:
-            yield Problem(f"teams.{team}", "team-name-reserved", "a team is a Slurm account: "
-                          "this name is Slurm's own", team)
+        owners = [what for names, what in (
+            (RESERVED_NAMESPACES, "a Kubernetes system or operator namespace (a team's "
+                                  "namespace is named as the team)"),
+            (RESERVED_SLURM_NAMES, "Slurm's own (a team is a Slurm account)")) if team in names]
+        if owners:
+            yield Problem(f"teams.{team}", "team-name-reserved",
+                          "the name is " + " and ".join(owners), team)
         for role, users in t.members.items():
             for i, user in enumerate(users):
                 if user in RESERVED_USERS or user.startswith(("systemd-", "_")):
