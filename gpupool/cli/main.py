@@ -8,7 +8,6 @@ Every subcommand takes --json for machine-readable output on stdout.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import sys
 from pathlib import Path
 
@@ -45,17 +44,27 @@ def load(args: argparse.Namespace) -> Description:
     return loader.load_stack(args.stack, args.project_root)
 
 
-def _version() -> str:
-    try:
-        return importlib.metadata.version("gpupool")
-    except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed
-        return "(not installed)"
+class _Version(argparse.Action):
+    """--version, looked up only when asked for (reading package metadata costs more than
+    a light verb's whole run)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        import importlib.metadata  # noqa: PLC0415 - see the class docstring
+
+        try:
+            version = importlib.metadata.version("gpupool")
+        except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed
+            version = "(not installed)"
+        parser.exit(message=f"gpupool {version}\n")
 
 
 def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
     registry.load(wanted)
     parser = argparse.ArgumentParser(prog="gpupool", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"gpupool {_version()}")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_, _, setup) in registry.COMMANDS.items():
         p = sub.add_parser(name, help=help_)
