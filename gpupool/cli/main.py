@@ -1,7 +1,8 @@
 """The `gpupool` command line: parse, load the description, run one verb.
 
 Exit codes: 0 success; 1 the description (or what was checked) is invalid, or a file or
-the lab failed; 2 usage error; 3 an internal error (a bug: --debug shows the traceback).
+the lab failed; 2 usage error; 70 an internal error (a bug: --debug shows the traceback).
+The gate adds 3: a node could not be gated.
 Every subcommand takes --json for machine-readable output on stdout.
 """
 

@@ -13,7 +13,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+# An internal error (a bug), as sysexits.h's EX_SOFTWARE: apart from every code a verb
+# gives a meaning to (the gate's 3 is a node that could not be gated).
+EXIT_INTERNAL = 70
 
 out = Console()
 err = Console(stderr=True)
