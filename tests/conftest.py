@@ -45,7 +45,9 @@ def beside_repository(path: str | os.PathLike[str]) -> bool:
     # it: there is no sibling folder to guard then.
     if parent == os.path.abspath(os.sep) or not under(parent) or under(root):
         return False
-    return not any(under(a) or a.startswith(p + os.sep) for a in _ALLOWED)
+    # An allowed folder exempts what lies in it only when it is itself inside the parent
+    # (a checkout in /tmp/x keeps /tmp/x/shared guarded though /tmp is the temp folder).
+    return not any(under(a) for a in _ALLOWED if a == parent or a.startswith(parent + os.sep))
 
 
 def _refuse_reads_beside_the_repository(event: str, args: tuple[Any, ...]) -> None:

@@ -513,8 +513,9 @@ def fingerprint(desc: Description) -> list[str]:
     if shutil.which("podman") is None:
         return []
     label = f"label=gpupool.pool={desc.pool.name}"
+    # StartedAt is epoch seconds; State would read "Up 3 minutes ago" and change by itself.
     hosts = podman("ps", "-a", "--filter", label, "--format",
-                   "{{.Names}} {{.ID}} {{.State}} {{.StartedAt}}", check=False).stdout
+                   "{{.Names}} {{.ID}} {{.StartedAt}}", check=False).stdout
     nets = podman("network", "ls", "--filter", label, "--format", "{{.Name}} {{.ID}}",
                   check=False).stdout
     return sorted(line.strip() for line in (hosts + nets).splitlines() if line.strip())
