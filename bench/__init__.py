@@ -1,17 +1,146 @@
-"""Benchmarks: each module here has main() -> dict, prints its figures and writes them to
-bench/results/<module>.json. `python -m bench` (make bench) runs them all."""
+"""Benchmarks and the figures they write.
+
+Each module here is named after the results file it writes, `bench/results/<module>.json`,
+and has `main()` (which measures, or runs the integration test that measures) and `SHAPE`
+(what the file holds). Every file is written through `write()`, never by hand: it checks
+the figures against the writer's SHAPE, adds the provenance (the command, the commit and
+whether the tree had local changes, the CPU count, the date) and a digest of the figures,
+so `tests/test_bench_results.py` fails on a file that was edited or typed in. The test
+suite measures as it proves, but writes its figures under .cache/figures/ (it sets
+GPUPOOL_FIGURES_DIR): only a benchmark run changes bench/results/.
+`python -m bench [NAME ...]` (make bench) runs them and renders bench/RESULTS.md.
+
+A shape is a plain literal: a type (`int`, `float` also takes an int, `str`, `bool`;
+`object` takes anything: a report passed through whole), a
+tuple of alternatives (`(float, None)`), `[shape]` for a list of such items, `{str: shape}`
+for a mapping with any keys, or a dict with exactly the keys given (a key ending in "?"
+may be absent: a figure only some runs measure; a key `...` gives the shape of any other
+keys, beside the named ones).
+"""
 
 from __future__ import annotations
 
+import datetime
+import hashlib
+import importlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+FIGURES_DIR = "GPUPOOL_FIGURES_DIR"  # where write() puts results files; RESULTS if unset
+PROVENANCE = {"command": str, "commit": str, "local_changes": bool, "cpus": int, "date": str,
+              "digest": str}
 
 
-def write(name: str, figures: dict[str, Any]) -> Path:
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
+def mismatches(value: Any, shape: Any, where: str = "") -> list[str]:
+    """Where value departs from shape (empty when it conforms)."""
+    here = where or "the figures"
+    if isinstance(shape, tuple):
+        tries = [mismatches(value, s, where) for s in shape]
+        return [] if any(not t for t in tries) else [
+            f"{here}: {value!r} matches none of {len(shape)} alternatives"]
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return [f"{here}: not a list"]
+        return [m for i, v in enumerate(value) for m in mismatches(v, shape[0], f"{where}[{i}]")]
+    if isinstance(shape, dict):
+        return _mapping_mismatches(value, shape, where)
+    if shape is object:
+        ok = True
+    elif shape is None:
+        ok = value is None
+    elif shape is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    else:
+        ok = type(value) is shape
+    return [] if ok else [f"{here}: {value!r} is not {getattr(shape, '__name__', shape)}"]
+
+
+def _mapping_mismatches(value: Any, shape: dict[Any, Any], where: str) -> list[str]:
+    here = where or "the figures"
+    if not isinstance(value, dict):
+        return [f"{here}: not a mapping"]
+
+    def at(key: str) -> str:
+        return f"{where}.{key}" if where else key
+
+    if list(shape) == [str]:
+        return [m for k, v in value.items() for m in mismatches(v, shape[str], at(k))]
+    keys = {k.removesuffix("?"): s for k, s in shape.items() if k is not ...}
+    if ... in shape:
+        keys |= {k: shape[...] for k in value if k not in keys}
+    found = [f"{here}: unexpected key {k!r}" for k in value if k not in keys]
+    found += [f"{here}: missing key {k!r}" for k in shape
+              if k is not ... and not k.endswith("?") and k not in value]
+    return found + [m for k, s in keys.items() if k in value
+                    for m in mismatches(value[k], s, at(k))]
+
+
+def digest(figures: Any) -> str:
+    return hashlib.sha256(json.dumps(figures, sort_keys=True).encode()).hexdigest()
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT,
+                          check=False, timeout=30).stdout.strip()
+
+
+def provenance(command: str, figures: Any) -> dict[str, Any]:
+    return {"command": command, "commit": _git("rev-parse", "HEAD") or "unknown",
+            # Results files themselves do not count: a run rewrites them as it goes.
+            "local_changes": bool(_git("status", "--porcelain", "--", ".",
+                                       ":(exclude)bench/results", ":(exclude)bench/RESULTS.md")),
+            "cpus": os.cpu_count() or 0,
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "digest": digest(figures)}
+
+
+def shape_of(name: str) -> Any:
+    return importlib.import_module(f"bench.{name}").SHAPE
+
+
+def write(name: str, figures: dict[str, Any], command: str | None = None) -> Path:
+    """Write bench/results/<name>.json: the figures, checked against bench.<name>.SHAPE,
+    with their provenance. command: how to rerun it (default: the running command)."""
+    wrong = mismatches(figures, shape_of(name))
+    if wrong:
+        raise ValueError(f"bench.{name}: the figures do not match its SHAPE: {wrong[:5]}")
+    command = command or " ".join(["python", *sys.argv]).replace(str(ROOT) + "/", "")
+    folder = Path(os.environ.get(FIGURES_DIR) or RESULTS)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
+    data = {"provenance": provenance(command, figures), "figures": figures}
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return path
+
+
+def run_tests(*paths: str) -> int:
+    """Run integration tests that measure and write their own figures; their exit code."""
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:warnings",
+                           "-m", "integration", *paths], cwd=ROOT, check=False,
+                          env={**os.environ, FIGURES_DIR: str(RESULTS)}).returncode
+
+
+def problems(path: Path) -> list[str]:
+    """Why a results file is not one its writer produced (empty when it is)."""
+    name = path.stem
+    try:
+        data = json.loads(path.read_text())
+        shape = shape_of(name)
+    except (OSError, ValueError) as e:
+        return [f"{path.name}: {e}"]
+    except (ImportError, AttributeError):
+        return [f"{path.name}: no bench/{name}.py with a SHAPE writes it"]
+    if not isinstance(data, dict) or set(data) != {"provenance", "figures"}:
+        return [f"{path.name}: not {{provenance, figures}}"]
+    found = mismatches(data["provenance"], PROVENANCE, "provenance")
+    found += mismatches(data["figures"], shape)
+    if not found and data["provenance"]["digest"] != digest(data["figures"]):
+        found.append(f"{path.name}: the figures differ from what was written "
+                     "(digest mismatch): edited by hand?")
+    return found

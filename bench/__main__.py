@@ -1,4 +1,9 @@
-"""Run every benchmark module in bench/ (each exposes main())."""
+"""Run the benchmarks in bench/ (all of them, or those named), then render bench/RESULTS.md
+and the README's figures from bench/results/.
+
+    python -m bench                 # every benchmark (make bench)
+    python -m bench plan replay     # only these
+"""
 
 from __future__ import annotations
 
@@ -7,18 +12,33 @@ import pkgutil
 import sys
 
 import bench
+from bench import report
+
+# Not benchmarks: the figures' renderer.
+NOT_BENCHMARKS = {"report"}
 
 
-def run_all() -> int:
-    names = sorted(m.name for m in pkgutil.iter_modules(bench.__path__)
-                   if not m.name.startswith("_"))
-    for name in names:
-        module = importlib.import_module(f"bench.{name}")
-        if hasattr(module, "main"):
-            print(f"== bench.{name}", flush=True)
-            module.main()
-    return 0
+def names() -> list[str]:
+    return sorted(m.name for m in pkgutil.iter_modules(bench.__path__)
+                  if not m.name.startswith("_") and m.name not in NOT_BENCHMARKS)
+
+
+def run(selected: list[str]) -> int:
+    unknown = sorted(set(selected) - set(names()))
+    if unknown:
+        print(f"no such benchmark: {', '.join(unknown)} (have: {', '.join(names())})",
+              file=sys.stderr)
+        return 2
+    failed = []
+    for name in selected or names():
+        print(f"== bench.{name}", flush=True)
+        if importlib.import_module(f"bench.{name}").main():
+            failed.append(name)
+    report.render_files()
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(run_all())
+    sys.exit(run(sys.argv[1:]))

@@ -3,24 +3,24 @@ user runs them: a fresh interpreter each time, bytecode cache warm (one untimed 
 first). Target (issue 13): under 0.3 CPU-seconds each, which holds only while these verbs
 import neither Pulumi nor matplotlib.
 
-Figures: bench/results/cli_startup.json, with the command, commit, CPU count and date.
+    python -m bench cli_startup     # writes bench/results/cli_startup.json
 """
 
 from __future__ import annotations
 
-import datetime
-import os
 import resource
 import statistics
 import subprocess
 import sys
-from typing import Any
 
 import bench
 from gpupool.paths import PROJECT_ROOT
 
 VERBS = ("validate", "show", "inventory")
 RUNS = 7
+SHAPE = {"target_cpu_s": float,
+         "verbs": {str: {"cpu_s_median": float, "cpu_s_max": float, "runs": int,
+                         "heavy_modules_loaded": [str]}}}
 
 
 def _cpu_s(argv: list[str]) -> float:
@@ -40,7 +40,7 @@ def heavy_modules(verb: str) -> list[str]:
     return out.rpartition("HEAVY=")[2].split()
 
 
-def main() -> dict[str, Any]:
+def main() -> int:
     gpupool = str(PROJECT_ROOT / ".venv" / "bin" / "gpupool")
     verbs = {}
     for verb in VERBS:
@@ -52,15 +52,10 @@ def main() -> dict[str, Any]:
                        "heavy_modules_loaded": heavy_modules(verb)}
         print(f"{verb:10s} median {verbs[verb]['cpu_s_median']:.3f} CPU-s "
               f"(max {verbs[verb]['cpu_s_max']:.3f}) over {RUNS} runs")
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                            cwd=PROJECT_ROOT, check=False).stdout.strip()
-    figures = {"command": "python -m bench.cli_startup", "commit": commit,
-               "cpus": os.cpu_count(),
-               "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-               "target_cpu_s": 0.3, "verbs": verbs}
-    print(f"wrote {bench.write('cli_startup', figures)}")
-    return figures
+    figures = {"target_cpu_s": 0.3, "verbs": verbs}
+    print(f"wrote {bench.write('cli_startup', figures, 'python -m bench cli_startup')}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

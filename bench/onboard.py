@@ -16,6 +16,7 @@ The benchmark pool is the lab stack widened to six GPU nodes (clones of lab-gpu1
 next addresses) and moved to its own address space (10.231.* -> 10.251.*) and name, so it
 never collides with a running `make lab`. It takes the lab lock for its whole run.
 
+    python -m bench onboard                   # sizes 1, 3 and 5
     python -m bench.onboard [--sizes 1 3 5]
 """
 
@@ -26,7 +27,7 @@ import copy
 import ipaddress
 import json
 import os
-import platform
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -35,14 +36,23 @@ from typing import Any
 
 import yaml
 
+import bench
 from gpupool.lab import hosts as lab_hosts
 from gpupool.spec import loader
 from gpupool.spec.model import Description
 from tests.integration.conftest import ansible_playbook
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results" / "onboard.json"
 TEMPLATE_NODE = "lab-gpu1"
+_COST = {"wall_s": float, "machine_cpu_s": float, "cores_busy": float, "new_hosts_cpu_s": float,
+         "pool_hosts_cpu_s": float, "control_cpu_s": float, "per_new_host_cpu_s": float,
+         "control_cpu_per_new_host_s": float}
+SHAPE = {"pool": str,
+         "runs": [{"hosts": int, "lab_up_s": float, "converge_s": float, "rerun_s": float,
+                   "converge": _COST, "rerun": _COST, "converge_failed": int,
+                   "rerun_changed": int, "rerun_failed": int}],
+         "scaling": ({"largest": int, "ratio_to_1": float, "cpu_floor_ratio_to_1": float,
+                      "target_ratio": float}, None)}
 
 
 def bench_description(gpu_nodes: int) -> Description:
@@ -110,9 +120,7 @@ def run(sizes: list[int]) -> dict[str, Any]:
     pool = [n for n in desc.nodes if n not in gpu] + gpu[:1]
     results: dict[str, Any] = {"pool": "lab stack widened to 6 GPU nodes: the controller and "
                                        "one resident GPU node converged, then N new nodes "
-                                       "onboarded", "runs": [],
-                               "machine": {"cpus": os.cpu_count(),
-                                           "python": platform.python_version()}}
+                                       "onboarded", "runs": [], "scaling": None}
     with lab_hosts.lab_lock():
         lab_hosts.down(desc)
         for n in sizes:
@@ -141,24 +149,26 @@ def run(sizes: list[int]) -> dict[str, Any]:
     by = {r["hosts"]: r for r in results["runs"]}
     if 1 in by and (top := max(sizes)) in by:
         one, many, cores = by[1], by[top], os.cpu_count() or 1
-        results[f"ratio_{top}_to_1"] = round(many["converge_s"] / one["converge_s"], 2)
         # The best ratio these cores allow for the CPU work measured: N hosts' work spread
         # over every core, or the one-host time, whichever is longer.
         floor = max(one["converge_s"], many["converge"]["machine_cpu_s"] / cores)
-        results[f"cpu_floor_ratio_{top}_to_1"] = round(floor / one["converge_s"], 2)
-        results["target_ratio"] = 1.5
+        results["scaling"] = {
+            "largest": top, "ratio_to_1": round(many["converge_s"] / one["converge_s"], 2),
+            "cpu_floor_ratio_to_1": round(floor / one["converge_s"], 2), "target_ratio": 1.5}
     return results
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[1, 3, 5])
-    args = p.parse_args()
+    args = p.parse_args(argv or [])
     results = run(sorted(args.sizes))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps(results, indent=2))
+    sizes = " ".join(map(str, sorted(args.sizes)))
+    print(f"wrote {bench.write('onboard', results, f'python -m bench.onboard --sizes {sizes}')}")
+    failed = any(r["converge_failed"] or r["rerun_failed"] or r["rerun_changed"]
+                 for r in results["runs"])
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))

@@ -1,20 +1,50 @@
-"""Policy replay benchmark: a saturated synthetic trace and a sample of the Alibaba GPU
-trace, each replayed on the lab's Slurm under gpupool's policy and the baseline.
-Figures: bench/results/replay.json (written by `gpupool replay`)."""
+"""Policy replay figures: a saturated synthetic trace and a sample of the Alibaba GPU trace,
+each replayed by `gpupool replay` on the lab's Slurm under gpupool's policy and under the
+manual-allocation baseline. Each replay's report (Markdown, plots, JSON) stays in
+.cache/replay/<trace>/; the figures of all of them go to bench/results/replay.json.
+
+    python -m bench replay
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+
+import bench
 from gpupool import cli
 from gpupool.paths import DATA
 
 ALIBABA = DATA / "traces" / "alibaba-gpu-2023" / "openb_pod_list_default.csv"
+REPORTS = bench.ROOT / ".cache" / "replay"
+# Each replay: its name in the results and the arguments `gpupool replay` gets.
+REPLAYS = {
+    "synthetic": ["--jobs", "80", "--horizon", "150", "--load", "1.6"],
+    "alibaba": ["--alibaba", str(ALIBABA.relative_to(bench.ROOT)), "--jobs", "60",
+                "--horizon", "150"],
+}
+_WAIT = {"p50": float, "p95": float, "n": int}
+_POLICY = {"jobs": int, "completed": int, "capacity_gpus": int, "saturated_s": int,
+           "gpu_utilization_saturated": (float, None), "wait_s": {str: _WAIT},
+           "makespan_s": (float, None), "first_start_s": (float, None),
+           "preemptions_and_requeues": int, "work_lost_gpu_s": float}
+SHAPE = {str: {"arguments": [str], "trace": str, "jobs": int, "speedup": float,
+               "policies": {str: _POLICY}}}
 
 
-def main() -> None:
-    cli.main(["replay", "--stack", "lab", "--jobs", "80", "--horizon", "150", "--load", "1.6"])
-    cli.main(["replay", "--stack", "lab", "--alibaba", str(ALIBABA), "--jobs", "60",
-              "--horizon", "150"])
+def main() -> int:
+    figures, failed = {}, 0
+    for name, args in REPLAYS.items():
+        argv = ["replay", "--stack", "lab", "--out", str(REPORTS / name), *args]
+        print(f"gpupool {' '.join(argv)}", flush=True)
+        report = REPORTS / name / "replay.json"
+        report.unlink(missing_ok=True)  # never the figures of an earlier run
+        failed |= cli.main(argv)
+        if report.exists():
+            figures[name] = {"arguments": args, **json.loads(report.read_text())}
+    print(f"wrote {bench.write('replay', figures, 'python -m bench replay')}")
+    return failed
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,27 +2,27 @@
 preemption), requeue-to-complete of the victim, burst resume-to-done and idle-to-suspended.
 
 The integration proofs (tests/integration/test_slurm_lab.py) measure these while they run
-real jobs; this runs them and prints bench/results/slurm_lab.json.
+real jobs and write bench/results/slurm_lab.json; this runs them.
 
-    python -m bench.slurm_lab
+    python -m bench slurm_lab
 """
 
 from __future__ import annotations
 
-import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results" / "slurm_lab.json"
+import bench
+
+TEST = "tests/integration/test_slurm_lab.py"
+SHAPE = {"lab_up_s": (float, None), "converge_s": float, "slurm_up_s": float,
+         "reconverge_s?": float, "exclusive_gpu_pairs?": int,
+         "interactive_start_on_full_pool_s?": float, "requeue_to_complete_s?": float,
+         "fairshare?": {str: float}, "burst_resume_to_job_done_s?": float,
+         "burst_idle_to_suspended_s?": float}
 
 
 def main() -> int:
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "integration",
-                           "tests/integration/test_slurm_lab.py"], cwd=ROOT, check=False)
-    if RESULTS.exists():
-        print(RESULTS.read_text())
-    return proc.returncode
+    return bench.run_tests(TEST)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""Shared fixtures: the shipped stacks and helpers to mutate a description; and a guard
-that fails any test reading a file beside the repository (a user's clone has only the
-repository: what the project reads must be in it)."""
+"""Shared fixtures: the shipped stacks and helpers to mutate a description; a guard that
+fails any test reading a file beside the repository (a user's clone has only the
+repository: what the project reads must be in it); and the folder the suite's figures go to."""
 
 from __future__ import annotations
 
@@ -58,6 +58,11 @@ def _refuse_reads_beside_the_repository(event: str, args: tuple[Any, ...]) -> No
 
 
 sys.addaudithook(_refuse_reads_beside_the_repository)
+
+# The suite measures as it proves (the Slurm proofs, the drills, the gate); its figures go
+# under .cache/figures/, leaving the committed bench/results/ to benchmark runs
+# (`python -m bench` sets this to bench/results/ for the tests it runs).
+os.environ.setdefault("GPUPOOL_FIGURES_DIR", str(ROOT / ".cache" / "figures"))
 
 
 # The suite's own lab: the `lab` stack under another pool name and 10 higher in the second

@@ -7,18 +7,16 @@ the uninterrupted result), never a duration.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
+import bench.drills
 from gpupool.exercise import drills
 from gpupool.lab import slurm_cluster
 from gpupool.spec.model import Description
-from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
-RESULTS = ROOT / "bench" / "results" / "drills.json"
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +27,7 @@ def report(site: Any, lab_desc: Description) -> Any:
     try:
         yield lambda name: results.setdefault(name, drills.run(lab_desc, s, [name])[name])
     finally:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+        bench.write("drills", results, f"pytest -m integration {bench.drills.TEST}")
 
 
 @pytest.mark.parametrize("name", list(drills.DRILLS))

@@ -14,23 +14,22 @@ from typing import Any
 import pytest
 import yaml
 
+import bench.gate_lab
 from gpupool.gate import runner
 from gpupool.lab import hosts, slurm_cluster
 from gpupool.render import flows
-from tests.conftest import ROOT, lab_description, mutate
+from tests.conftest import lab_description, mutate
 
 pytestmark = pytest.mark.integration
 DESC = lab_description()
 COMPUTE = [n for n, node in DESC.nodes.items() if "compute" in node.roles]
 CANARY = flows.probe_ports(DESC)[-1]  # a port no flow opens
-RESULTS = ROOT / "bench" / "results" / "gate_lab.json"
+FIGURES: dict[str, Any] = {}
 
 
 @pytest.fixture(scope="module")
 def pool(site: Any) -> slurm_cluster.SlurmLab:
     """The session's lab, every role converged (fixture `site`)."""
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text("{}\n")
     return slurm_cluster.ready(DESC)
 
 
@@ -43,11 +42,12 @@ def gate(tmp: Path, nodes: list[str], tier: str, description: Path | None = None
 
 
 def record(key: str, reports: dict[str, dict[str, Any]]) -> None:
-    data = json.loads(RESULTS.read_text())
-    data[key] = {n: {"verdict": r["verdict"], "failed": r["failed"],
-                     "duration_s": r["duration_s"], "counts": r["counts"]}
-                 for n, r in reports.items()}
-    RESULTS.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    """Add one gate's verdicts to the figures; the file is rewritten with each, so a run
+    that stops halfway still leaves what it measured."""
+    FIGURES[key] = {n: {"verdict": r["verdict"], "failed": r["failed"],
+                        "duration_s": r["duration_s"], "counts": r["counts"]}
+                    for n, r in reports.items()}
+    bench.write("gate_lab", FIGURES, f"pytest -m integration {bench.gate_lab.TEST}")
 
 
 @pytest.mark.parametrize("tier", ["quick", "standard"])

@@ -1,7 +1,7 @@
 """`gpupool replay` on the lab's real Slurm: a synthetic saturated trace and a sample of
 the Alibaba GPU trace, each under gpupool's policy and the manual-allocation baseline.
 
-Small traces keep CI short; `make bench` replays bigger ones. Figures go to a results file;
+Small traces keep CI short; `make bench` replays bigger ones. Figures go to the report;
 what is asserted is that every job of both policies completed and the report was written.
 """
 
@@ -26,11 +26,9 @@ def _lab(site: Any) -> None:
 
 
 def _replay(tmp_path: Path, *args: str) -> dict:
-    results = tmp_path / "replay.json"
     rc = cli.main(["replay", "--file", str(lab_description_path()),
-                   "--out", str(tmp_path / "report"), "--results", str(results), *args])
-    data = json.loads(results.read_text())
-    (run,) = data.values()
+                   "--out", str(tmp_path / "report"), *args])
+    run = json.loads((tmp_path / "report" / "replay.json").read_text())
     assert rc == cli.EXIT_OK, run
     assert set(run["policies"]) == {"gpupool", "baseline"}
     for policy, m in run["policies"].items():

@@ -3,19 +3,18 @@ leaves the rest serving."""
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
 import pytest
 
+import bench.rolling_upgrade
 from gpupool.lab import slurm_cluster
-from tests.conftest import ROOT, lab_description
+from tests.conftest import lab_description
 
 pytestmark = pytest.mark.integration
 DESC = lab_description()
 COMPUTE = [n for n, node in DESC.nodes.items() if "compute" in node.roles]
-RESULTS = ROOT / "bench" / "results" / "rolling_upgrade.json"
 OOPS = "/etc/ssh/sshd_config.d/00-oops.conf"
 
 
@@ -32,9 +31,8 @@ def test_rollout_stops_at_the_failing_node(site: Any) -> None:
     finally:
         s.sh(f"rm -f {OOPS}", node=broken)
         slurm_cluster.playbook(DESC, "gate.yml")  # bring the repaired node back
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"rollout_s": took, "states": states, "reason": reason},
-                                  indent=2) + "\n")
+    bench.write("rolling_upgrade", {"rollout_s": took, "states": states, "reason": reason},
+                f"pytest -m integration {bench.rolling_upgrade.TEST}")
     assert proc.returncode != 0, "the rollout must stop at the failing node"
     assert states[first] == "idle", states  # upgraded, gated, resumed
     assert "drain" in states[broken] and "system.sshd_hardened" in reason, (states, reason)

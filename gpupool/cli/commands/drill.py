@@ -15,7 +15,7 @@ from gpupool.exercise import drills
 from gpupool.lab import hosts, slurm_cluster
 from gpupool.spec.model import Description
 
-DEFAULT_REPORT = Path("bench/results/drills.json")
+DEFAULT_REPORT = Path(".cache/drills.json")
 
 
 def _setup(p: argparse.ArgumentParser) -> None:

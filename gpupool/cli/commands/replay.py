@@ -4,7 +4,6 @@ under the manual-allocation baseline, in one run."""
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -18,8 +17,6 @@ from gpupool.exercise.context import Context
 from gpupool.lab import hosts, slurm_cluster
 from gpupool.spec.model import Description
 from gpupool.workload import replay, replay_report, trace
-
-DEFAULT_RESULTS = Path("bench/results/replay.json")
 
 
 def _setup(p: argparse.ArgumentParser) -> None:
@@ -36,8 +33,8 @@ def _setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policies", default=",".join(replay_run.POLICIES))
     p.add_argument("--timeout", type=float, default=900.0,
                    help="seconds to wait for each policy's jobs to finish")
-    p.add_argument("--out", type=Path, default=Path(".cache/replay"))
-    p.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
+    p.add_argument("--out", type=Path, default=Path(".cache/replay"),
+                   help="the report's folder: replay.md, replay.json and the plots")
 
 
 def _trace(args: argparse.Namespace, desc: Description) -> tuple[str, list[trace.TraceJob]]:
@@ -90,9 +87,6 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
     result = {"trace": name, "jobs": len(jobs), "speedup": args.speedup,
               "policies": metrics}
     path = replay_report.write(args.out, result, runs, waits, t0)
-    previous = json.loads(args.results.read_text()) if args.results.exists() else {}
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(json.dumps({**previous, name: result}, indent=2) + "\n")
     if args.json:
         emit_json(result)
     else:
@@ -104,6 +98,6 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
                     "preemptions_and_requeues", "work_lost_gpu_s"):
             table.add_row(key, *(str(m[key]) for m in metrics.values()))
         out.print(table)
-        out.print(f"report: {path}; figures: {args.results}")
+        out.print(f"report: {path}")
     done = all(m["completed"] == m["jobs"] for m in metrics.values())
     return EXIT_OK if done else EXIT_INVALID
