@@ -27,7 +27,7 @@ _WAIT = {"p50": float, "p95": float, "n": int}
 _POLICY = {"jobs": int, "completed": int, "capacity_gpus": int, "saturated_s": int,
            "gpu_utilization_saturated": (float, None), "wait_s": {str: _WAIT},
            "makespan_s": (float, None), "first_start_s": (float, None),
-           "preemptions_and_requeues": int, "work_lost_gpu_s": float}
+           "preemptions_and_requeues": int, "work_lost_gpu_s": float, "not_runnable": int}
 SHAPE = {str: {"arguments": [str], "trace": str, "jobs": int, "speedup": float,
                "policies": {str: _POLICY}}}
 

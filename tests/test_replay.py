@@ -57,12 +57,24 @@ def test_baseline_pins_nodes_to_their_owners() -> None:
     assert "PartitionName=nlp Nodes=lab-gpu3 " in conf
 
 
-def test_trace_wider_than_a_team_owns_is_refused() -> None:
+def test_a_job_wider_than_a_team_owns_is_a_baseline_figure_not_a_crash() -> None:
     desc = loader.load_stack("lab", ROOT)
-    ok = trace.TraceJob("1", "nlp", "training", 4, 0, 10)
-    replay_run.check_trace(desc, [ok])
-    with pytest.raises(SlurmLabError, match="team nlp owns 4"):
-        replay_run.check_trace(desc, [trace.TraceJob("2", "nlp", "training", 8, 0, 10)])
+    fits = trace.TraceJob("1", "nlp", "training", 4, 0, 10)
+    wide = trace.TraceJob("2", "nlp", "training", 8, 0, 10)  # nlp owns one 4-GPU node
+    widest = trace.TraceJob("3", "vision", "training", 13, 0, 10)  # beyond the 12 on-prem
+    replay_run.check_trace(desc, [fits, wide, widest])
+    assert replay_run.runnable(desc, "baseline", [fits, wide, widest]) == ([fits],
+                                                                          [wide, widest])
+    assert replay_run.runnable(desc, "gpupool", [fits, wide, widest]) == ([fits, wide],
+                                                                         [widest])
+
+
+def test_a_trace_naming_an_unknown_team_or_class_is_refused() -> None:
+    desc = loader.load_stack("lab", ROOT)
+    with pytest.raises(SlurmLabError, match="unknown team 'ops'"):
+        replay_run.check_trace(desc, [trace.TraceJob("1", "ops", "training", 1, 0, 10)])
+    with pytest.raises(SlurmLabError, match="or class 'batch'"):
+        replay_run.check_trace(desc, [trace.TraceJob("1", "nlp", "batch", 1, 0, 10)])
 
 
 JOBS = {j: trace.TraceJob(j, "training", "vision", 1, 0, 10) for j in ("1", "2")}

@@ -155,20 +155,36 @@ def collect(s: SlurmLab, since: str, prefix: str, jobs: dict[str, TraceJob]) -> 
 
 
 def check_trace(desc: Any, trace: list[TraceJob]) -> None:
-    """Refuse a trace the baseline could never finish: a job wider than the GPUs its team
-    owns would wait forever under manual allocation."""
-    owned: dict[str, int] = {}
-    for n in slurm.nodes(desc):
-        team = desc.nodes[n.name].owner_team if n.name in desc.nodes else None
-        if team and not n.cloud:
-            owned[team] = owned.get(team, 0) + n.gpus
+    """Refuse a trace that names a team or a task class the pool does not have."""
     for j in trace:
         if j.team not in desc.teams or j.task_class not in desc.task_classes:
             raise SlurmLabError(f"trace job {j.job_id}: unknown team {j.team!r} or class "
                                 f"{j.task_class!r}")
-        if j.gpus > owned.get(j.team, 0):
-            raise SlurmLabError(f"trace job {j.job_id} wants {j.gpus} GPUs; team {j.team} "
-                                f"owns {owned.get(j.team, 0)} in the baseline")
+
+
+def gpu_limits(desc: Any, policy: str) -> dict[str, int]:
+    """The most GPUs one job of each team can ever get on the on-prem nodes: all of them
+    under gpupool's policy, the team's own nodes' under the baseline (manual allocation
+    pins each team to the nodes it owns)."""
+    onprem = [n for n in slurm.nodes(desc) if not n.cloud]
+    if policy != "baseline":
+        return dict.fromkeys(desc.teams, sum(n.gpus for n in onprem))
+    owned = dict.fromkeys(desc.teams, 0)
+    for n in onprem:
+        team = desc.nodes[n.name].owner_team if n.name in desc.nodes else None
+        if team in owned:
+            owned[team] += n.gpus
+    return owned
+
+
+def runnable(desc: Any, policy: str, trace: list[TraceJob]
+             ) -> tuple[list[TraceJob], list[TraceJob]]:
+    """The trace split into the jobs the policy can run and those it never can (wider than
+    the GPUs it may give the job's team): a job that would wait forever is not submitted,
+    and counted as a figure of that policy."""
+    limits = gpu_limits(desc, policy)
+    return ([j for j in trace if j.gpus <= limits[j.team]],
+            [j for j in trace if j.gpus > limits[j.team]])
 
 
 def run_key() -> str:
@@ -183,6 +199,8 @@ def replay_once(ctx: Context, policy: str, trace: list[TraceJob], *, speedup: fl
     """Replay the trace under one policy. The figures returned are final before this
     returns: the next policy's restart of slurmctld cannot rewrite them."""
     s = ctx.slurm
+    if not trace:  # nothing this policy can run: no figures to wait for
+        return [], []
     use_policy(s, policy)
     prefix = f"{run}-{policy}-"
     s.sh(f"rm -rf {ctx.root}/.gpupool/replay && mkdir -p {ctx.root}/.gpupool/replay")

@@ -59,12 +59,13 @@ def write(out_dir: Path, result: dict[str, Any], runs: dict[str, list[Run]],
     pol = result["policies"]
     rows = [("GPU utilization while demand exceeds capacity", "gpu_utilization_saturated"),
             ("makespan (s)", "makespan_s"), ("jobs completed", "completed"),
+            ("jobs it can never run (wider than the GPUs it gives the team)", "not_runnable"),
             ("preemptions and requeues", "preemptions_and_requeues"),
             ("work lost (GPU-s)", "work_lost_gpu_s")]
     lines = [f"# Policy replay: {result['trace']}", "",
              f"{result['jobs']} jobs on {capacity} GPUs, time compressed {result['speedup']}x.",
              "", "| | " + " | ".join(pol) + " |", "| --- |" + " ---: |" * len(pol)]
-    lines += [f"| {label} | " + " | ".join(str(pol[p][key]) for p in pol) + " |"
+    lines += [f"| {label} | " + " | ".join(str(pol[p].get(key, "-")) for p in pol) + " |"
               for label, key in rows]
     for cls in sorted({c for p in pol.values() for c in p["wait_s"]}):
         lines.append(f"| wait p50 / p95 (s), {cls} | " + " | ".join(

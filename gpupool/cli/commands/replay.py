@@ -69,13 +69,17 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
         ctx = Context(desc, s)
         run = replay_run.run_key()
         for policy in policies:
-            report(f"replaying {len(jobs)} jobs under {policy}")
-            rs, demands = replay_run.replay_once(ctx, policy, jobs, speedup=args.speedup,
+            can, cannot = replay_run.runnable(desc, policy, jobs)
+            report(f"replaying {len(can)} jobs under {policy}"
+                   + (f" ({len(cannot)} wider than it can ever run: not submitted)"
+                      if cannot else ""))
+            rs, demands = replay_run.replay_once(ctx, policy, can, speedup=args.speedup,
                                                  timeout_s=args.timeout, report=report,
                                                  run=run)
             capacity = sum(n.gpus for n in replay_run.slurm.nodes(desc) if not n.cloud)
             runs[policy], metrics[policy] = rs, replay.metrics(rs, demands, capacity)
-            t0[policy] = min(d.eligible for d in demands)
+            metrics[policy]["not_runnable"] = len(cannot)
+            t0[policy] = min((d.eligible for d in demands), default=0.0)
             per_class: dict[str, list[float]] = defaultdict(list)
             for d in demands:
                 starts = [r.start for r in rs if r.job == d.job and r.start]
@@ -94,7 +98,7 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
         table.add_column("metric")
         for p in metrics:
             table.add_column(p, justify="right")
-        for key in ("gpu_utilization_saturated", "makespan_s", "completed",
+        for key in ("gpu_utilization_saturated", "makespan_s", "completed", "not_runnable",
                     "preemptions_and_requeues", "work_lost_gpu_s"):
             table.add_row(key, *(str(m[key]) for m in metrics.values()))
         out.print(table)
