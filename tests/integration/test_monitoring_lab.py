@@ -1,0 +1,129 @@
+"""The scheduler exporter on the lab's real Slurm (role slurm_exporter, played by
+slurm.yml): it runs as its own unprivileged user and what it serves agrees with Slurm's own
+view while jobs of two teams and three classes run, wait, and finish, and a node is
+drained. What is asserted is agreement, never a duration."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpupool.lab import slurm_cluster
+from gpupool.render import slurm
+from gpupool.spec.facts import controller
+from gpupool.spec.model import Description
+
+pytestmark = pytest.mark.integration
+wait_for = slurm_cluster.wait_for
+SERVICE = "gpupool-slurm-exporter"
+PORT = 9815
+
+
+@pytest.fixture(scope="module")
+def pool(site: Any, lab_desc: Description) -> slurm_cluster.SlurmLab:
+    """The session's lab, every role converged (fixture `site`, which plays slurm.yml)."""
+    s = slurm_cluster.ready(lab_desc)
+    s.cancel_all()
+    return s
+
+
+def scrape(s: slurm_cluster.SlurmLab) -> list[tuple[str, dict[str, str], float]]:
+    """One scrape, from the controller, at the address the role serves on."""
+    address = s.desc.nodes[controller(s.desc)].addresses["management"]
+    text = s.sh(f"python3 -c 'import urllib.request; print(urllib.request.urlopen("
+                f"\"http://{address}:{PORT}/metrics\", timeout=20).read().decode())'")
+    return [(x.name, dict(x.labels), x.value) for f in text_string_to_metric_families(text)
+            for x in f.samples]
+
+
+def series(got: list[tuple[str, dict[str, str], float]], name: str
+           ) -> list[tuple[dict[str, str], float]]:
+    return [(labels, v) for n, labels, v in got if n == name]
+
+
+def finished_counts(s: slurm_cluster.SlurmLab) -> Counter[tuple[str, ...]]:
+    return Counter({(x["team"], x["class"], x["state"]): int(v)
+                    for x, v in series(scrape(s), "gpupool_jobs_finished_total")})
+
+
+def test_runs_as_its_own_user_and_slurm_answers_it(pool: slurm_cluster.SlurmLab) -> None:
+    assert pool.sh(f"systemctl is-active {SERVICE}").strip() == "active"
+    user = pool.sh(f"systemctl show -p User --value {SERVICE}").strip()
+    assert user == "gpupool-exporter"
+    assert user in pool.sh("ps -o user= -C python3").split()
+    assert ("gpupool_slurm_up", {}, 1.0) in scrape(pool)
+
+
+def test_what_it_serves_agrees_with_slurm(pool: slurm_cluster.SlurmLab) -> None:
+    desc = pool.desc
+    teams = list(desc.teams)
+    classes = list(desc.task_classes)
+    per_node = max(n.gpus for n in slurm.nodes(desc) if not n.cloud)
+    script = "#!/bin/bash\nsleep ${WORK:-60}\n"
+    running = [pool.sbatch(f"-p {classes[-1]}", f"-A {teams[0]}", f"--gpus={per_node}",
+                           "-C onprem", script=script, env={"WORK": "600"}) for _ in range(2)]
+    running.append(pool.sbatch(f"-p {classes[1]}", f"-A {teams[1]}", "--gpus=1", "-C onprem",
+                               script=script, env={"WORK": "600"}))
+    wait_for("three jobs running", lambda: all(
+        pool.state(j) == "RUNNING" for j in running), 60)
+    # More than the pool holds: these wait, with Slurm's reason.
+    waiting = [pool.sbatch(f"-p {classes[-1]}", f"-A {teams[1]}", f"--gpus={per_node}",
+                           "-C onprem", script=script) for _ in range(2)]
+    wait_for("the queue evaluated", lambda: all(
+        pool.job(j)["Reason"] != "None" for j in waiting), 30)
+    quick = pool.sbatch(f"-p {classes[0]}", f"-A {teams[1]}", "--gpus=1", "-C onprem",
+                        "--begin=now+3600", script=script)
+    pool.sh(f"scancel {quick}")
+    onprem = [n.name for n in slurm.nodes(desc) if not n.cloud]
+    drained = onprem[-1]
+    before = finished_counts(pool)
+    pool.sh(f"scontrol update nodename={drained} state=drain reason=monitoring-proof")
+    try:
+        want_gpus = {j: int(next(p for p in pool.job(j)["TRES"].split(",")
+                                 if p.startswith("gres/gpu=")).split("=")[1])
+                     for j in running}
+
+        def agrees() -> list[tuple[str, dict[str, str], float]] | None:
+            got = scrape(pool)
+            held: dict[str, int] = {}
+            for labels, _ in series(got, "gpupool_job_gpu_allocated"):
+                held[labels["job_id"]] = held.get(labels["job_id"], 0) + 1
+            pending = sum(v for _, v in series(got, "gpupool_jobs_pending"))
+            squeue_pending = len(pool.sh("squeue -h -t PD -o %i").split())
+            node = {x["node"]: x["state"] for x, _ in series(got, "gpupool_node_state")}
+            ok = (held == want_gpus and pending == squeue_pending
+                  and node.get(drained) in ("drained", "draining"))
+            return got if ok else None
+
+        got = wait_for("the exporter agreeing with Slurm", agrees, 30)
+        allocated = {(x["job_id"], x["team"], x["class"]) for x, _ in
+                     series(got, "gpupool_job_gpu_allocated")}
+        assert allocated == {(j, pool.job(j)["Account"], pool.job(j)["Partition"])
+                             for j in running}
+        reasons = {x["reason"] for x, _ in series(got, "gpupool_jobs_pending")}
+        assert reasons <= {pool.job(j)["Reason"] for j in waiting}
+        gpus = [(x["state"], v) for x, v in series(got, "gpupool_node_gpus")
+                if x["node"] in onprem]
+        allocated_n = sum(v for state, v in gpus if state == "allocated")
+        assert allocated_n == sum(want_gpus.values())
+        assert sum(v for _, v in gpus) == sum(n.gpus for n in slurm.nodes(desc) if not n.cloud)
+    finally:
+        pool.cancel_all()
+        pool.sh(f"scontrol update nodename={drained} state=resume")
+
+    # Every job ended (cancelled): each run counted once, by team, class and state.
+    ours = [*running, *waiting, quick]
+    runs = pool.sh(f"sacct -n -X -D -P -o Account,Partition,State -j {','.join(ours)}")
+    want: Counter[tuple[str, ...]] = Counter()
+    for line in runs.splitlines():
+        team, klass, state = line.split("|")
+        want[(team, klass, state.split()[0])] += 1
+
+    def counted() -> Counter[tuple[str, ...]] | None:
+        added = finished_counts(pool) - before
+        return added if sum(added.values()) >= sum(want.values()) else None
+
+    assert wait_for("the finished jobs counted", counted, 90) == want
