@@ -30,8 +30,12 @@ FILES: dict[str, tuple[bytes, str]] = {
 }
 
 
+@pytest.mark.parametrize("libyaml", [True, False], ids=["libyaml", "pure-python"])
 @pytest.mark.parametrize("name", FILES)
-def test_hostile_file_is_one_problem(tmp_path: Path, name: str) -> None:
+def test_hostile_file_is_one_problem(tmp_path: Path, name: str, libyaml: bool,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # Both readers: libyaml's where PyYAML has it, the pure-Python one where it does not.
+    monkeypatch.setattr(loader.yaml, "__with_libyaml__", libyaml)
     content, rule = FILES[name]
     path = tmp_path / f"{name}.yaml"
     path.write_bytes(content)

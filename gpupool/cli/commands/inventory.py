@@ -7,9 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-import yaml
-
-from gpupool.cli.output import EXIT_OK, err
+from gpupool.cli.output import EXIT_OK, err, yaml_text
 from gpupool.cli.registry import command
 from gpupool.render import inventory
 from gpupool.spec.model import Description
@@ -23,7 +21,7 @@ def _setup(p: argparse.ArgumentParser) -> None:
 def cmd_inventory(args: argparse.Namespace, desc: Description) -> int:
     inv = inventory.build(desc)
     text = (json.dumps(inv, indent=2, sort_keys=True) + "\n" if args.json
-            else yaml.safe_dump(inv, sort_keys=False))
+            else yaml_text(inv))
     if args.output:
         Path(args.output).write_text(text)
         err.print(f"wrote {args.output}")

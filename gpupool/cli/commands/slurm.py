@@ -6,9 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-import yaml
-
-from gpupool.cli.output import EXIT_INVALID, EXIT_OK, emit_json, err
+from gpupool.cli.output import EXIT_INVALID, EXIT_OK, emit_json, err, yaml_text
 from gpupool.cli.registry import command
 from gpupool.render import slurm
 from gpupool.spec.model import Description
@@ -29,7 +27,7 @@ def cmd_slurm(args: argparse.Namespace, desc: Description) -> int:
         err.print(f"[bold red]cannot render Slurm policy[/]: {exc}", highlight=False)
         return EXIT_INVALID
     if args.vars:
-        Path(args.vars).write_text(yaml.safe_dump({"gpupool_slurm": plan}, sort_keys=False))
+        Path(args.vars).write_text(yaml_text({"gpupool_slurm": plan}))
         err.print(f"wrote {args.vars}")
     if args.json:
         emit_json(plan)
@@ -38,8 +36,7 @@ def cmd_slurm(args: argparse.Namespace, desc: Description) -> int:
         out.mkdir(parents=True, exist_ok=True)
         for name, text in slurm.render_files(desc).items():
             (out / name).write_text(text)
-        (out / "accounting.yaml").write_text(yaml.safe_dump(plan["accounting"],
-                                                            sort_keys=False))
+        (out / "accounting.yaml").write_text(yaml_text(plan["accounting"]))
         err.print(f"wrote {out}/{{slurm,gres,topology,cgroup}}.conf and accounting.yaml")
     elif not args.vars:
         sys.stdout.write(slurm.render_files(desc)["slurm.conf"])
