@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import ipaddress
+import os
 import resource
 import subprocess
 import sys
@@ -42,10 +43,12 @@ TARGET_PLAN_CPU_S = 5.0
 COMMAND_TIMEOUT_S = 600
 SHAPE = {"sizes": [{"nodes": int, "teams": int, "resources": int,
                     "program_s": float, "ms_per_resource": float, "peak_traced_mib": float,
-                    "commands": {str: {"wall_s": float, "cpu_s": float, "exit": int}}}],
+                    "commands": {str: {"wall_s": float, "cpu_s": float, "peak_rss_mib": float,
+                                       "exit": int}}}],
          "max_rss_mib": float, "target_plan_cpu_s_1000_nodes": float,
          "plan_cpu_s_1000_nodes": float, "meets_target": bool,
-         "linear_ratio_1000_vs_100": float}
+         "linear_ratio_1000_vs_100": float,
+         "cpu_growth_3000_vs_1000": {str: float}}
 RACK_SIZE = 16
 NODES_PER_TEAM = 25
 
@@ -93,18 +96,25 @@ def _models(data: dict[str, Any]) -> list[str]:
 
 
 def command(argv: list[str]) -> dict[str, Any]:
-    """One `gpupool` command as a user runs it: its wall time, CPU time and exit code."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "gpupool", *argv], cwd=bench.ROOT,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                          timeout=COMMAND_TIMEOUT_S, check=False)
-    wall = time.perf_counter() - t
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode not in (0, 1):  # 1: violations or problems found, still a full run
-        print(f"  gpupool {' '.join(argv)} exited {proc.returncode}: {proc.stderr[-500:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "exit": proc.returncode}
+    """One `gpupool` command as a user runs it: wall time, CPU time and peak memory of its
+    own process (wait4's rusage), and its exit code."""
+    with tempfile.TemporaryFile("w+") as errors:
+        t = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "gpupool", *argv], cwd=bench.ROOT,
+                                stdout=subprocess.DEVNULL, stderr=errors)
+        deadline = t + COMMAND_TIMEOUT_S
+        while not (reaped := os.wait4(proc.pid, os.WNOHANG))[0]:
+            if time.perf_counter() > deadline:
+                proc.kill()
+            time.sleep(0.02)
+        wall = time.perf_counter() - t
+        proc.returncode = code = os.waitstatus_to_exitcode(reaped[1])
+        usage = reaped[2]
+        if code not in (0, 1):  # 1: violations or problems found, still a full run
+            errors.seek(0)
+            print(f"  gpupool {' '.join(argv)} exited {code}: {errors.read()[-500:]}")
+    return {"wall_s": round(wall, 3), "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+            "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), "exit": code}
 
 
 def measure(nodes: int, folder: Path) -> dict[str, Any]:
@@ -143,6 +153,7 @@ def main() -> int:
               f"program {r['program_s']:>6.3f} s, CPU-s per command: {cmds}")
     at_1000 = next(r for r in rows if r["nodes"] == 1000)
     at_100 = next(r for r in rows if r["nodes"] == 100)
+    at_3000 = next(r for r in rows if r["nodes"] == 3000)
     plan_cpu = at_1000["commands"]["plan"]["cpu_s"]
     figures = {"sizes": rows,
                "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
@@ -150,7 +161,11 @@ def main() -> int:
                "plan_cpu_s_1000_nodes": plan_cpu,
                "meets_target": plan_cpu < TARGET_PLAN_CPU_S,
                "linear_ratio_1000_vs_100": round(
-                   at_1000["ms_per_resource"] / at_100["ms_per_resource"], 2)}
+                   at_1000["ms_per_resource"] / at_100["ms_per_resource"], 2),
+               # 3.0 is linear: three times the nodes, three times the CPU.
+               "cpu_growth_3000_vs_1000": {
+                   v: round(at_3000["commands"][v]["cpu_s"] / at_1000["commands"][v]["cpu_s"], 2)
+                   for v in VERBS}}
     print(f"wrote {bench.write('plan', figures, 'python -m bench plan')}")
     return 0
 
