@@ -56,3 +56,34 @@ def test_init_never_overwrites(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
     assert cli.main(["init", str(tmp_path / "new"), "--stack", "../x"]) == cli.EXIT_USAGE
     assert not (tmp_path / "new").exists()
+
+
+def test_tables_say_yes_or_no_and_keep_brackets_at_80_columns() -> None:
+    from rich.console import Console  # noqa: PLC0415
+
+    from gpupool.cli.commands.gate import _summary  # noqa: PLC0415
+    from gpupool.cli.output import cell, table  # noqa: PLC0415
+
+    assert [cell(True), cell(False), cell(None), cell("mount_present[scratch]")] == [
+        "yes", "no", "-", "mount_present\\[scratch]"]
+    console = Console(width=80, record=True)
+    console.print(table("t", ["class", "preemptible"], [["interactive", False]], None))
+    console.print(_summary([{
+        "node": "lab-gpu1", "tier": "standard", "verdict": "fail", "duration_s": 5.7,
+        "counts": {"pass": 23, "fail": 1, "skip": 16, "error": 0}, "action": "reconfigure",
+        "failed": ["storage.mount_present[scratch]"]}]))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "interactive" in text and "no" in text and "False" not in text
+    # The failed check's id wraps but is whole: nothing read as markup, nothing cut.
+    assert "[scratch]" in "".join(line.split("│")[4].strip() for line in text.splitlines()
+                                  if line.count("│") == 7)
+
+
+def test_policy_list_names_every_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    from policies.catalog import POLICIES  # noqa: PLC0415
+
+    assert cli.main(["policy", "--list", "--json"]) == cli.EXIT_OK
+    listed = json.loads(capsys.readouterr().out)
+    assert sorted(p["name"] for p in listed) == sorted(POLICIES)
+    assert all(p["level"] in ("mandatory", "advisory") and p["description"] for p in listed)

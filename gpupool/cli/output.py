@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
@@ -34,14 +35,25 @@ def yaml_text(data: Any) -> str:
     return yaml.dump(data, Dumper=dumper, sort_keys=False)
 
 
+def cell(value: Any) -> str:
+    """A value as a table shows it: yes/no for booleans, - for nothing, and brackets
+    escaped (a check id such as storage.mount_present[scratch] is not markup)."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return "-" if value is None or value == "" else escape(str(value))
+
+
 def table(title: str, columns: list[str], rows: list[list[Any]], total: list[Any] | None
           ) -> Table:
-    """A left-aligned first column, right-aligned figures, and an optional bold total row."""
+    """A first column that never wraps (names stay whole at 80 columns: the others wrap
+    instead), figures right-aligned and text left, and an optional bold total row."""
     t = Table(title=title, title_justify="left")
     for i, c in enumerate(columns):
-        t.add_column(c, justify="left" if i == 0 else "right")
+        text = i == 0 or any(isinstance(row[i], str) and not row[i].replace(".", "").isdigit()
+                             for row in rows if len(row) > i)
+        t.add_column(c, justify="left" if text else "right", no_wrap=i == 0)
     for row in rows:
-        t.add_row(*(str(v) for v in row))
+        t.add_row(*(cell(v) for v in row))
     if total is not None:
         t.add_section()
         t.add_row(*(f"[bold]{v}[/bold]" for v in total))

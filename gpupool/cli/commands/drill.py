@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from gpupool.cli.output import EXIT_INVALID, EXIT_OK, emit_json, err, out
+from gpupool.cli.output import EXIT_INVALID, EXIT_OK, cell, emit_json, err, out
 from gpupool.cli.registry import command
 from gpupool.exercise import drills
 from gpupool.lab import hosts, slurm_cluster
@@ -58,8 +58,8 @@ def cmd_drill(args: argparse.Namespace, desc: Description) -> int:
             table.add_column(c)
         for name, r in results.items():
             lost = r.get("steps_lost", r.get("steps_redone_at_most", 0))
-            table.add_row(name, str(r["passed"]), str(r.get("time_to_resume_s", "-")),
-                          str(lost), str(r["result_parity"]), str(r["drill_s"]))
+            table.add_row(name, cell(r["passed"]), cell(r.get("time_to_resume_s")),
+                          cell(lost), cell(r["result_parity"]), cell(r["drill_s"]))
         out.print(table)
         out.print(f"figures: {args.report}")
     return EXIT_OK if all(r["passed"] for r in results.values()) else EXIT_INVALID

@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
-from gpupool.cli.output import EXIT_USAGE, emit_json, err, out
+from gpupool.cli.output import EXIT_USAGE, cell, emit_json, err, out
 from gpupool.cli.registry import command
 from gpupool.gate import runner
 from gpupool.gate.plugin import TIERS
@@ -35,17 +35,24 @@ def _setup(p: argparse.ArgumentParser) -> None:
 
 
 def _summary(reports: list[dict[str, Any]]) -> Table:
-    table = Table(title="Acceptance gate", title_justify="left")
-    for c in ("node", "tier", "verdict", "pass", "fail", "skip", "error", "failed checks",
-              "action", "seconds"):
-        table.add_column(c)
+    """One row per node, readable at 80 columns: the counts in one column (pass/fail/skip/
+    error), the failed checks wrapping rather than cut."""
+    tiers = sorted({r["tier"] for r in reports})
+    table = Table(title=f"Acceptance gate, tier {', '.join(tiers)}", title_justify="left",
+                  caption="checks: pass/fail/skip/error", caption_justify="left")
+    table.add_column("node", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("checks", justify="right", no_wrap=True)
+    table.add_column("failed checks", overflow="fold")
+    table.add_column("action")
+    table.add_column("s", justify="right", no_wrap=True)
     for r in reports:
         counts = r.get("counts", {})
         style = VERDICT_STYLE[r["verdict"]]
-        table.add_row(r["node"], r["tier"], f"[{style}]{r['verdict']}[/]",
-                      *(str(counts.get(k, 0)) for k in ("pass", "fail", "skip", "error")),
-                      ", ".join(r["failed"]) or ("-" if "error" not in r else r["error"][-80:]),
-                      r.get("action") or "-", f"{r['duration_s']:.1f}")
+        table.add_row(cell(r["node"]), f"[{style}]{r['verdict']}[/]",
+                      "/".join(str(counts.get(k, 0)) for k in ("pass", "fail", "skip", "error")),
+                      cell(", ".join(r["failed"]) or r.get("error", "")[-80:]),
+                      cell(r.get("action")), f"{r['duration_s']:.1f}")
     return table
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
-from gpupool.cli.output import EXIT_INVALID, EXIT_OK, emit_json, out
+from gpupool.cli.output import EXIT_INVALID, EXIT_OK, emit_json, out, table
 from gpupool.cli.registry import command
 from gpupool.preview import plan
 from gpupool.spec.model import Description
@@ -27,8 +27,28 @@ def report(violations: list[Violation]) -> None:
                       soft_wrap=True)
 
 
-@command("policy", "run the policy pack offline over what the program declares")
+def _setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--list", action="store_true",
+                   help="list the pack's policies (name, group, level, what each checks) "
+                        "instead of running it")
+
+
+def list_pack(as_json: bool) -> int:
+    rows = sorted(POLICIES.values(), key=lambda p: (p.group, p.name))
+    if as_json:
+        emit_json([{"name": p.name, "group": p.group, "level": p.level.value,
+                    "description": p.description} for p in rows])
+    else:
+        out.print(table(f"Policy pack: {len(rows)} policies",
+                        ["policy", "group", "level", "checks"],
+                        [[p.name, p.group, p.level.value, p.description] for p in rows], None))
+    return EXIT_OK
+
+
+@command("policy", "run the policy pack offline over what the program declares", _setup)
 def cmd_policy(args: argparse.Namespace, desc: Description) -> int:
+    if args.list:
+        return list_pack(args.json)
     stack = args.stack if not args.file else desc.pool.name
     config = {} if args.file else offline.stack_config(stack, args.project_root)
     violations = offline.check(plan.declare(desc, stack), desc, config)

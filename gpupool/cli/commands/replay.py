@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from gpupool.cli.output import EXIT_INVALID, EXIT_OK, emit_json, err, out
+from gpupool.cli.output import EXIT_INVALID, EXIT_OK, cell, emit_json, err, out
 from gpupool.cli.registry import command
 from gpupool.exercise import replay_run
 from gpupool.exercise.context import Context
@@ -100,7 +100,7 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
             table.add_column(p, justify="right")
         for key in ("gpu_utilization_saturated", "makespan_s", "completed", "not_runnable",
                     "preemptions_and_requeues", "work_lost_gpu_s"):
-            table.add_row(key, *(str(m[key]) for m in metrics.values()))
+            table.add_row(key, *(cell(m[key]) for m in metrics.values()))
         out.print(table)
         out.print(f"report: {path}")
     done = all(m["completed"] == m["jobs"] for m in metrics.values())

@@ -35,7 +35,7 @@ def cmd_show(args: argparse.Namespace, desc: Description) -> int:
          for q in s["quotas"]],
         ["total", "", *(s["quota_totals"][m] for m in models), ""]))
     out.print(table(
-        "Task classes", ["class", "priority", "max runtime", "preemptible", "requeue",
+        "Task classes", ["class", "priority", "max\nruntime", "pre-\nemptible", "requeue",
                          "grace", "preempts"],
         [[c["class"], c["priority"], c["max_runtime"], c["preemptible"], c["requeue"],
           c["grace_time"], ", ".join(c["preempts"]) or "-"] for c in s["task_classes"]],
