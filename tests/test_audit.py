@@ -68,3 +68,25 @@ def test_audit_on_the_alibaba_trace(tmp_path: Path, capsys: pytest.CaptureFixtur
     for name in ("audit.md", "audit.json", "durations.png", "demand.png"):
         assert (tmp_path / name).stat().st_size > 0
     assert (tmp_path / "durations.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_audit_says_how_it_mapped_classes_and_which_percentile(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli.main(["audit", "--alibaba", str(TRACE), "--out", str(tmp_path), "--json",
+                   "--class-map", "LS=training", "--wait-percentile", "90",
+                   "--wait-target", "300"])
+    assert rc == cli.EXIT_OK
+    report = json.loads(capsys.readouterr().out)
+    assert report["class_mapping"]["LS"]["class"] == "training"
+    assert "not notebooks" in report["class_mapping"]["LS"]["why"]
+    assert "interactive" not in {g["class"] for g in report["groups"]}
+    assert (report["wait_percentile"], report["wait_target_s"]) == (90, 300)
+    assert report["teams_not_in_description"] == ["trace"]
+    md = (tmp_path / "audit.md").read_text()
+    assert "p90 wait at or under 300 s" in md and "| LS | training |" in md
+
+
+@pytest.mark.parametrize("args", [["--class-map", "LS=notebooks"], ["--class-map", "LS"],
+                                  ["--wait-percentile", "0"], ["--wait-percentile", "101"]])
+def test_audit_refuses_a_class_map_or_percentile_it_cannot_use(args: list[str]) -> None:
+    assert cli.main(["audit", "--alibaba", str(TRACE), *args]) == cli.EXIT_USAGE

@@ -23,9 +23,18 @@ from typing import Any
 # The sacct invocation the audit reads (document it in the runbooks, never improvise it):
 SACCT_FORMAT = "JobID,Account,Partition,AllocTRES,Submit,Start,End,State"
 SACCT_COMMAND = f"sacct -a -X -P -n -S now-30days --format={SACCT_FORMAT}"
-# Alibaba's QoS classes mapped onto gpupool's task classes.
+# Alibaba's QoS classes mapped onto gpupool's task classes, and why: the audit reports the
+# mapping it used (and `gpupool audit --class-map QOS=CLASS` changes it).
 ALIBABA_CLASS = {"LS": "interactive", "Guaranteed": "training", "Burstable": "training",
                  "BE": "deferred"}
+ALIBABA_CLASS_WHY = {
+    "LS": "latency-sensitive pods: long-running services in this trace, not notebooks; "
+          "mapped to the top class for their priority (never preempted). Remap with "
+          "--class-map LS=training to size them as steady work",
+    "Guaranteed": "guaranteed resources, run to completion, not preempted",
+    "Burstable": "may use more than requested, run to completion, not preempted",
+    "BE": "best effort: runs on idle GPUs and may be preempted",
+}
 _GPU_TRES = re.compile(r"gres/gpu(?::[^=,]+)?=(\d+)")
 
 
@@ -106,8 +115,11 @@ def read_sacct(path: Path) -> list[Job]:
     return jobs
 
 
-def read_alibaba(path: Path, trace_end: float | None = None) -> list[Job]:
-    """openb_pod_list_*.csv: GPU pods; those still running end at the trace's end."""
+def read_alibaba(path: Path, trace_end: float | None = None,
+                 classes: dict[str, str] | None = None) -> list[Job]:
+    """openb_pod_list_*.csv: GPU pods; those still running end at the trace's end. classes:
+    QoS class -> task class (default ALIBABA_CLASS; unknown QoS classes are training)."""
+    classes = ALIBABA_CLASS if classes is None else classes
     rows = csv_rows(path, ALIBABA_COLUMNS)
     with at_line(path, 0):
         end_of_trace = trace_end or max((float(r["deletion_time"] or 0) for r in rows),
@@ -122,7 +134,7 @@ def read_alibaba(path: Path, trace_end: float | None = None) -> list[Job]:
             end = float(r["deletion_time"]) if r["deletion_time"] else end_of_trace
             if end <= start:
                 continue
-            jobs.append(Job(r["name"], "trace", ALIBABA_CLASS.get(r["qos"], "training"), gpus,
+            jobs.append(Job(r["name"], "trace", classes.get(r["qos"], "training"), gpus,
                             float(r["creation_time"]), start, end))
     return jobs
 
@@ -181,13 +193,14 @@ def simulate_fcfs_waits(jobs: list[Job], capacity: float) -> list[float]:
     return waits
 
 
-def gpus_for_wait_target(jobs: list[Job], p95_wait_s: float) -> int:
-    """The smallest GPU count whose FCFS p95 wait meets the target (binary search)."""
+def gpus_for_wait_target(jobs: list[Job], wait_s: float, q: float = 95) -> int:
+    """The smallest GPU count whose FCFS q-th percentile wait meets the target (binary
+    search)."""
     lo = max(1, math.ceil(max((j.gpus for j in jobs), default=1)))
     hi = max(lo, math.ceil(sum(j.gpus for j in jobs)))
     while lo < hi:
         mid = (lo + hi) // 2
-        if percentile(simulate_fcfs_waits(jobs, mid), 95) <= p95_wait_s:
+        if percentile(simulate_fcfs_waits(jobs, mid), q) <= wait_s:
             hi = mid
         else:
             lo = mid + 1
@@ -199,12 +212,14 @@ def _dist(values: list[float]) -> dict[str, float]:
         "max": round(max(values, default=0.0), 3), "count": len(values)}
 
 
-def audit(jobs: list[Job], p95_wait_s: float,
-          declared_quota: dict[str, int] | None = None) -> dict[str, Any]:
+def audit(jobs: list[Job], wait_s: float, declared_quota: dict[str, int] | None = None,
+          q: float = 95) -> dict[str, Any]:
+    """The audit: per team and class, durations, GPUs per job and demand; the GPUs that keep
+    the q-th percentile wait at or under wait_s; quotas in proportion to p90 demand."""
     groups: dict[tuple[str, str], list[Job]] = defaultdict(list)
     for j in jobs:
         groups[(j.team, j.task_class)].append(j)
-    needed = gpus_for_wait_target(jobs, p95_wait_s)
+    needed = gpus_for_wait_target(jobs, wait_s, q)
     per_team_peak: dict[str, float] = defaultdict(float)
     rows = []
     for (team, cls), js in sorted(groups.items()):
@@ -222,7 +237,8 @@ def audit(jobs: list[Job], p95_wait_s: float,
     recommended = {t: max(1, round(needed * d / demand_total)) for t, d in per_team_peak.items()}
     return {
         "jobs": len(jobs),
-        "wait_target_p95_s": p95_wait_s,
+        "wait_target_s": wait_s,
+        "wait_percentile": q,
         "gpus_needed_for_target": needed,
         "observed_wait_s": _dist([j.wait for j in jobs]),
         "groups": rows,

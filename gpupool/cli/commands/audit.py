@@ -16,8 +16,34 @@ def _setup(p: argparse.ArgumentParser) -> None:
     src.add_argument("--sacct", type=Path, help=f"output of: {audit.SACCT_COMMAND}")
     src.add_argument("--alibaba", type=Path, help="an Alibaba openb_pod_list_*.csv trace")
     p.add_argument("--wait-target", type=float, default=600.0,
-                   help="p95 queue wait to size the pool for, in seconds (default 600)")
+                   help="queue wait to size the pool for, in seconds (default 600)")
+    p.add_argument("--wait-percentile", type=float, default=95.0,
+                   help="the percentile of waits the target bounds (default 95)")
+    p.add_argument("--class-map", default="", metavar="QOS=CLASS[,...]",
+                   help="with --alibaba: map its QoS classes onto the description's task "
+                        "classes (default " + ",".join(
+                            f"{k}={v}" for k, v in audit.ALIBABA_CLASS.items()) + ")")
     p.add_argument("--out", type=Path, default=Path(".cache/audit"), help="report directory")
+
+
+def _class_map(text: str, desc: Description) -> dict[str, str]:
+    """QOS=CLASS pairs over the default mapping; each class must be the description's."""
+    classes = dict(audit.ALIBABA_CLASS)
+    for pair in filter(None, (p.strip() for p in text.split(","))):
+        qos, sep, cls = pair.partition("=")
+        if not sep or not qos or cls not in desc.task_classes:
+            raise ValueError(f"{pair!r}: want QOS=CLASS with CLASS one of "
+                             f"{', '.join(desc.task_classes)}")
+        classes[qos] = cls
+    return classes
+
+
+def _against_description(jobs: list[audit.Job], desc: Description) -> dict[str, object]:
+    """The trace's teams and classes, and which of them the description does not have."""
+    teams, classes = sorted({j.team for j in jobs}), sorted({j.task_class for j in jobs})
+    return {"trace_teams": teams, "trace_classes": classes,
+            "teams_not_in_description": [t for t in teams if t not in desc.teams],
+            "classes_not_in_description": [c for c in classes if c not in desc.task_classes]}
 
 
 @command("audit", "workload audit from job history: durations, demand, GPUs needed", _setup)
@@ -25,18 +51,38 @@ def cmd_audit(args: argparse.Namespace, desc: Description) -> int:
     if not (args.sacct or args.alibaba):
         err.print("pass --sacct FILE or --alibaba FILE")
         return EXIT_USAGE
+    if not 0 < args.wait_percentile <= 100 or args.wait_target < 0:
+        err.print("--wait-percentile must be in (0, 100] and --wait-target at least 0")
+        return EXIT_USAGE
+    try:
+        classes = _class_map(args.class_map, desc)
+    except ValueError as exc:
+        err.print(f"--class-map: {exc}")
+        return EXIT_USAGE
     with out.status("reading job history"):
-        jobs = audit.read_sacct(args.sacct) if args.sacct else audit.read_alibaba(args.alibaba)
+        jobs = (audit.read_sacct(args.sacct) if args.sacct
+                else audit.read_alibaba(args.alibaba, classes=classes))
     if not jobs:
         err.print("no GPU jobs in the input")
         return EXIT_USAGE
     total_quota = {t: sum(team.quota.values()) for t, team in desc.teams.items()}
     with out.status(f"auditing {len(jobs)} jobs"):
-        report = audit.audit(jobs, args.wait_target, total_quota)
+        report = audit.audit(jobs, args.wait_target, total_quota, args.wait_percentile)
+        report |= _against_description(jobs, desc)
+        if args.alibaba:
+            report["class_mapping"] = {
+                qos: {"class": cls, "why": audit.ALIBABA_CLASS_WHY.get(qos, "given")}
+                for qos, cls in classes.items()}
         path = audit_report.write(report, jobs, args.out, str(args.sacct or args.alibaba))
     if args.json:
         emit_json(report)
     else:
-        out.print(f"{len(jobs)} jobs; GPUs needed for p95 wait <= {args.wait_target:.0f} s: "
-                  f"[bold]{report['gpus_needed_for_target']}[/]; report: {path}")
+        for qos, m in report.get("class_mapping", {}).items():
+            out.print(f"class {qos} -> {m['class']}: {m['why']}", highlight=False)
+        for key in ("teams_not_in_description", "classes_not_in_description"):
+            if report[key]:
+                out.print(f"[yellow]{key.replace('_', ' ')}[/]: {', '.join(report[key])}")
+        out.print(f"{len(jobs)} jobs; GPUs needed for p{args.wait_percentile:g} wait <= "
+                  f"{args.wait_target:g} s: [bold]{report['gpus_needed_for_target']}[/]; "
+                  f"report: {path}")
     return EXIT_OK
