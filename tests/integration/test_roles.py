@@ -113,7 +113,11 @@ def test_sysctls_rendered_and_only_namespaced_applied(hosts: dict[str, Any],
 def test_auditd_and_unattended_upgrades(hosts: dict[str, Any]) -> None:
     h = hosts["lab-gpu1"]
     assert h.service("auditd").is_enabled and not h.service("auditd").is_running
-    assert "-k privilege" in h.file("/etc/audit/rules.d/50-gpupool.rules").content_string
+    rules = h.file("/etc/audit/rules.d/50-gpupool.rules").content_string
+    assert "-k privilege" in rules
+    for watch in ("/etc/munge/ -p wa -k slurm-auth", "/etc/slurm/ -p wa -k slurm-config",
+                  "/usr/local/lib/gpupool/ -p wa -k gpupool-programs"):
+        assert f"-w {watch}" in rules
     policy = h.file("/etc/apt/apt.conf.d/52gpupool-unattended-upgrades").content_string
     assert "Debian-Security" in policy and '"nvidia-";' in policy
 
