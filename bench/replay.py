@@ -20,8 +20,9 @@ REPORTS = bench.ROOT / ".cache" / "replay"
 # Each replay: its name in the results and the arguments `gpupool replay` gets.
 REPLAYS = {
     "synthetic": ["--jobs", "80", "--horizon", "150", "--load", "1.6"],
+    # A window of the real trace, its durations stretched to an offered load of 1.6.
     "alibaba": ["--alibaba", str(ALIBABA.relative_to(bench.ROOT)), "--jobs", "60",
-                "--horizon", "150"],
+                "--horizon", "150", "--load", "1.6"],
 }
 _WAIT = {"p50": float, "p95": float, "n": int}
 _POLICY = {"jobs": int, "completed": int, "capacity_gpus": int, "saturated_s": int,
@@ -29,7 +30,7 @@ _POLICY = {"jobs": int, "completed": int, "capacity_gpus": int, "saturated_s": i
            "makespan_s": (float, None), "first_start_s": (float, None),
            "preemptions_and_requeues": int, "work_lost_gpu_s": float, "not_runnable": int}
 SHAPE = {str: {"arguments": [str], "trace": str, "jobs": int, "speedup": float,
-               "policies": {str: _POLICY}}}
+               "offered_load": float, "policies": {str: _POLICY}}}
 
 
 def main() -> int:

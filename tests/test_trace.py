@@ -40,3 +40,15 @@ def test_alibaba_sample_fits_the_pool() -> None:
     assert {j.team for j in jobs} == {"vision", "nlp"}
     assert all(1 <= j.gpus <= 4 and 5 <= j.duration_s <= 300 for j in jobs)
     assert max(j.submit_s for j in jobs) == pytest.approx(300, abs=0.01)
+
+
+def test_an_alibaba_sample_can_be_made_to_saturate_the_pool() -> None:
+    paced = trace.sample_alibaba(TRACE, ["vision", "nlp"], jobs=60, horizon_s=150, max_gpus=4)
+    dense = trace.sample_alibaba(TRACE, ["vision", "nlp"], jobs=60, horizon_s=150, max_gpus=4,
+                                 load=1.6, capacity_gpus=12)
+    # The same pods arriving at the same moments; only the durations are stretched.
+    assert [(j.job_id, j.gpus, j.submit_s) for j in dense] == [
+        (j.job_id, j.gpus, j.submit_s) for j in paced]
+    assert trace.offered_load(dense, 12, 150) == pytest.approx(1.6)
+    with pytest.raises(trace.TraceError, match="capacity"):
+        trace.sample_alibaba(TRACE, ["vision"], jobs=10, horizon_s=10, max_gpus=4, load=1.0)

@@ -17,10 +17,13 @@ from __future__ import annotations
 import csv
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpupool.workload.audit import ALIBABA_CLASS, ALIBABA_COLUMNS, TraceError, at_line, csv_rows
+
+MIN_SAMPLED_S = 5.0  # a sampled job runs at least this long (accounting has 1 s resolution)
 
 
 @dataclass(frozen=True)
@@ -104,13 +107,22 @@ def synthetic(k: Knobs) -> list[TraceJob]:
             for i, ((team, cls, gpus, d), t) in enumerate(zip(drafts, arrivals, strict=True))]
 
 
+def offered_load(jobs: list[TraceJob], capacity_gpus: int, horizon_s: float) -> float:
+    """GPU-seconds asked for over GPU-seconds the pool has while the jobs arrive."""
+    return sum(j.gpus * j.duration_s for j in jobs) / max(1e-9, capacity_gpus * horizon_s)
+
+
 def sample_alibaba(path: Path, teams: list[str], *, jobs: int, horizon_s: float, max_gpus: int,
-                   seed: int = 1) -> list[TraceJob]:
+                   seed: int = 1, load: float | None = None, capacity_gpus: int = 0
+                   ) -> list[TraceJob]:
     """A contiguous window of the Alibaba trace, mapped onto the pool and compressed.
 
     Consecutive pods keep the trace's arrival pattern; fractional-GPU pods round up to one
-    GPU; teams are assigned round-robin (the trace has none); durations and arrivals are
-    scaled together so the window spans `horizon_s`.
+    GPU; teams are assigned round-robin (the trace has none). Without `load`, durations and
+    arrivals are scaled together so the window spans `horizon_s`. With it, arrivals still
+    span `horizon_s` but durations get their own factor (keeping their proportions), chosen
+    so the offered load on `capacity_gpus` is `load`: a window dense enough to saturate
+    the pool whatever the trace's own pace.
     """
     rows = []
     for n, r in enumerate(csv_rows(path, ALIBABA_COLUMNS), start=2):
@@ -125,13 +137,36 @@ def sample_alibaba(path: Path, teams: list[str], *, jobs: int, horizon_s: float,
     t0 = float(window[0]["creation_time"])
     span = max(1.0, float(window[-1]["creation_time"]) - t0)
     scale = horizon_s / span
-    out = []
-    for i, r in enumerate(window):
-        duration = (float(r["deletion_time"]) - float(r["scheduled_time"])) * scale
-        out.append(TraceJob(
-            f"a{i:04d}", teams[i % len(teams)], ALIBABA_CLASS.get(r["qos"], "training"),
-            min(max_gpus, max(1, int(r["num_gpu"]))),
-            round((float(r["creation_time"]) - t0) * scale, 3),
-            round(min(max(duration, 5.0), horizon_s), 3)))
-    return out
+    gpus = [min(max_gpus, max(1, int(r["num_gpu"]))) for r in window]
+    runs = [float(r["deletion_time"]) - float(r["scheduled_time"]) for r in window]
+
+    def length(d: float, stretch: float) -> float:
+        return min(max(d * stretch, MIN_SAMPLED_S), horizon_s)
+
+    stretch = scale
+    if load is not None:
+        if capacity_gpus <= 0:
+            raise TraceError("a target load needs the pool's GPU capacity")
+        stretch = _stretch_for(load * capacity_gpus * horizon_s,
+                               lambda s: sum(g * length(d, s) for g, d in zip(gpus, runs,
+                                                                              strict=True)))
+    return [TraceJob(f"a{i:04d}", teams[i % len(teams)],
+                     ALIBABA_CLASS.get(r["qos"], "training"), g,
+                     round((float(r["creation_time"]) - t0) * scale, 3),
+                     round(length(d, stretch), 3))
+            for i, (r, g, d) in enumerate(zip(window, gpus, runs, strict=True))]
+
+
+def _stretch_for(target: float, work: Callable[[float], float]) -> float:
+    """The duration factor whose (clamped) work is target: work grows with the factor, so
+    bisect on its logarithm, a bounded number of times. The largest factor tried when even
+    it falls short (every job already as long as the horizon)."""
+    lo, hi = -30.0, 30.0
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        if work(math.exp(mid)) < target:
+            lo = mid
+        else:
+            hi = mid
+    return math.exp(hi)
 

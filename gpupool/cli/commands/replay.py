@@ -26,8 +26,10 @@ def _setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=60, help="synthetic or sampled jobs")
     p.add_argument("--horizon", type=float, default=120.0,
                    help="seconds over which the jobs arrive (trace time)")
-    p.add_argument("--load", type=float, default=1.6,
-                   help="synthetic offered load; above 1 saturates the pool")
+    p.add_argument("--load", type=float, default=None,
+                   help="offered load while the jobs arrive; above 1 saturates the pool "
+                        "(synthetic default 1.6; a trace sample keeps its own pace unless "
+                        "given)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--speedup", type=float, default=1.0, help="trace seconds per wall second")
     p.add_argument("--policies", default=",".join(replay_run.POLICIES))
@@ -43,13 +45,15 @@ def _trace(args: argparse.Namespace, desc: Description) -> tuple[str, list[trace
     if args.trace:
         return str(args.trace), trace.read(args.trace)
     if args.alibaba:
-        return f"alibaba sample of {args.jobs}", trace.sample_alibaba(
+        paced = "" if args.load is None else f", load {args.load}"
+        return f"alibaba sample of {args.jobs}{paced}", trace.sample_alibaba(
             args.alibaba, list(desc.teams), jobs=args.jobs, horizon_s=args.horizon,
-            max_gpus=per_node, seed=args.seed)
-    knobs = trace.Knobs(jobs=args.jobs, horizon_s=args.horizon, load=args.load,
+            max_gpus=per_node, seed=args.seed, load=args.load, capacity_gpus=capacity)
+    load = 1.6 if args.load is None else args.load
+    knobs = trace.Knobs(jobs=args.jobs, horizon_s=args.horizon, load=load,
                         capacity_gpus=capacity, teams=dict.fromkeys(desc.teams, 1.0),
                         seed=args.seed)
-    return f"synthetic (load {args.load}, seed {args.seed})", trace.synthetic(knobs)
+    return f"synthetic (load {load}, seed {args.seed})", trace.synthetic(knobs)
 
 
 @command("replay", "replay a job trace on the lab's Slurm: gpupool policy vs baseline",
@@ -88,7 +92,9 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
             waits[policy] = dict(per_class)
         if "baseline" in policies:
             replay_run.use_policy(s, "gpupool")  # leave the lab on gpupool's policy
+    capacity = sum(n.gpus for n in replay_run.slurm.nodes(desc) if not n.cloud)
     result = {"trace": name, "jobs": len(jobs), "speedup": args.speedup,
+              "offered_load": round(trace.offered_load(jobs, capacity, args.horizon), 3),
               "policies": metrics}
     path = replay_report.write(args.out, result, runs, waits, t0)
     if args.json:
