@@ -36,6 +36,8 @@ HEADLINES = [
     ("failing node drained by the health check", "drills",
      "health-check.health_check_s", "s"),
     ("one node onboarded, bare to admitted", "onboard", "runs.0.converge_s", "s"),
+    ("scheduler exporter, one scrape of 10,000 jobs on 1,000 nodes", "exporter",
+     "sizes.2.cpu_s_per_scrape", "CPU-s"),
     ("GPU utilization while saturated, gpupool / baseline", "replay",
      "synthetic.policies.gpupool.gpu_utilization_saturated "
      "synthetic.policies.baseline.gpu_utilization_saturated", ""),
