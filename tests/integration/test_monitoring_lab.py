@@ -1,10 +1,14 @@
-"""The scheduler exporter on the lab's real Slurm (role slurm_exporter, played by
-slurm.yml): it runs as its own unprivileged user and what it serves agrees with Slurm's own
-view while jobs of two teams and three classes run, wait, and finish, and a node is
-drained. What is asserted is agreement, never a duration."""
+"""Monitoring on the lab's real Slurm (roles slurm_exporter and monitoring, played by
+slurm.yml): the scheduler exporter runs as its own unprivileged user and what it serves
+agrees with Slurm's own view while jobs of two teams and three classes run, wait and
+finish and a node is drained; Prometheus (Debian's package) scrapes it with the project's
+rules loaded and agrees too; Alertmanager is ready. What is asserted is agreement, never a
+duration."""
 
 from __future__ import annotations
 
+import json
+import urllib.parse
 from collections import Counter
 from typing import Any
 
@@ -20,6 +24,7 @@ pytestmark = pytest.mark.integration
 wait_for = slurm_cluster.wait_for
 SERVICE = "gpupool-slurm-exporter"
 PORT = 9815
+PROMETHEUS, ALERTMANAGER = 9090, 9093
 
 
 @pytest.fixture(scope="module")
@@ -30,11 +35,24 @@ def pool(site: Any, lab_desc: Description) -> slurm_cluster.SlurmLab:
     return s
 
 
+def fetch(s: slurm_cluster.SlurmLab, port: int, path: str) -> str:
+    """GET path on the controller's management address, from the controller itself."""
+    address = s.desc.nodes[controller(s.desc)].addresses["management"]
+    return s.sh(f"python3 -c 'import urllib.request; print(urllib.request.urlopen("
+                f"\"http://{address}:{port}{path}\", timeout=20).read().decode())'")
+
+
+def promql(s: slurm_cluster.SlurmLab, query: str) -> list[dict[str, Any]]:
+    """Prometheus' answer to an instant query: its result vector."""
+    answer = json.loads(fetch(s, PROMETHEUS, "/api/v1/query?query="
+                              + urllib.parse.quote(query, safe="")))
+    assert answer["status"] == "success", answer
+    return answer["data"]["result"]
+
+
 def scrape(s: slurm_cluster.SlurmLab) -> list[tuple[str, dict[str, str], float]]:
     """One scrape, from the controller, at the address the role serves on."""
-    address = s.desc.nodes[controller(s.desc)].addresses["management"]
-    text = s.sh(f"python3 -c 'import urllib.request; print(urllib.request.urlopen("
-                f"\"http://{address}:{PORT}/metrics\", timeout=20).read().decode())'")
+    text = fetch(s, PORT, "/metrics")
     return [(x.name, dict(x.labels), x.value) for f in text_string_to_metric_families(text)
             for x in f.samples]
 
@@ -99,6 +117,11 @@ def test_what_it_serves_agrees_with_slurm(pool: slurm_cluster.SlurmLab) -> None:
             return got if ok else None
 
         got = wait_for("the exporter agreeing with Slurm", agrees, 30)
+        # Prometheus sees the same within a few scrape intervals.
+        total = sum(want_gpus.values())
+        wait_for("Prometheus agreeing with Slurm", lambda: [
+            r for r in promql(pool, 'sum(gpupool_node_gpus{state="allocated"})')
+            if float(r["value"][1]) == total], 90)
         allocated = {(x["job_id"], x["team"], x["class"]) for x, _ in
                      series(got, "gpupool_job_gpu_allocated")}
         assert allocated == {(j, pool.job(j)["Account"], pool.job(j)["Partition"])
@@ -127,3 +150,19 @@ def test_what_it_serves_agrees_with_slurm(pool: slurm_cluster.SlurmLab) -> None:
         return added if sum(added.values()) >= sum(want.values()) else None
 
     assert wait_for("the finished jobs counted", counted, 90) == want
+
+
+def test_prometheus_scrapes_the_pool_with_the_rules_loaded(pool: slurm_cluster.SlurmLab
+                                                          ) -> None:
+    up = wait_for("the scheduler exporter scraped", lambda: [
+        r for r in promql(pool, 'up{job="gpupool-slurm"}') if r["value"][1] == "1"], 120)
+    assert len(up) == 1
+    wait_for("every node_exporter scraped", lambda: len([
+        r for r in promql(pool, 'up{job="node"}') if r["value"][1] == "1"]) == len(
+        pool.desc.nodes), 120)
+    groups = {g["name"] for g in json.loads(fetch(pool, PROMETHEUS, "/api/v1/rules"))[
+        "data"]["groups"]}
+    assert {"gpupool.recording", "gpupool.alerts"} <= groups
+    names = set(json.loads(fetch(pool, PROMETHEUS, "/api/v1/label/__name__/values"))["data"])
+    assert {"gpupool_slurm_up", "gpupool_node_state", "gpupool_node_gpus"} <= names
+    fetch(pool, ALERTMANAGER, "/-/ready")  # an answer other than 200 raises
