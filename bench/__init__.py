@@ -92,9 +92,10 @@ def _git(*args: str) -> str:
 
 def provenance(command: str, figures: Any) -> dict[str, Any]:
     return {"command": command, "commit": _git("rev-parse", "HEAD") or "unknown",
-            # Results files themselves do not count: a run rewrites them as it goes.
+            # Results and prose do not count (a run rewrites the results and renders
+            # RESULTS.md and the README's figures as it goes); code and configuration do.
             "local_changes": bool(_git("status", "--porcelain", "--", ".",
-                                       ":(exclude)bench/results", ":(exclude)bench/RESULTS.md")),
+                                       ":(exclude)bench/results", ":(exclude,glob)**/*.md")),
             "cpus": os.cpu_count() or 0,
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "digest": digest(figures)}
