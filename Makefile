@@ -4,6 +4,9 @@ SHELL := /bin/bash
 VENV := .venv/bin
 STACK ?= lab
 PYTEST_ARGS ?=
+# Two workers: the integration tests stay together on one (tests/conftest.py puts them in
+# one xdist group, in order, on the one shared lab), the unit tests run on the other.
+PYTEST_PARALLEL := -n 2 --dist loadgroup --durations=25
 
 .PHONY: bootstrap lab lab-down test lint unit integration bench clean
 
@@ -28,7 +31,7 @@ lab-down: bootstrap
 
 ## The whole test suite: lint, unit and integration tests.
 test: bootstrap lint
-	$(VENV)/pytest $(PYTEST_ARGS)
+	$(VENV)/pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 lint: bootstrap
 	$(VENV)/ruff check gpupool tests infra policies bench
