@@ -42,7 +42,6 @@ from gpupool.spec import loader
 from gpupool.spec.model import Description
 from tests.integration.conftest import ansible_playbook
 
-ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE_NODE = "lab-gpu1"
 _COST = {"wall_s": float, "machine_cpu_s": float, "cores_busy": float, "new_hosts_cpu_s": float,
          "pool_hosts_cpu_s": float, "control_cpu_s": float, "per_new_host_cpu_s": float,
@@ -57,7 +56,7 @@ SHAPE = {"pool": str,
 
 def bench_description(gpu_nodes: int) -> Description:
     raw = lab_hosts.relocate(
-        yaml.safe_load(loader.description_path("lab", ROOT).read_text()), "bench", 20)
+        yaml.safe_load(loader.description_path("lab", bench.ROOT).read_text()), "bench", 20)
     template = raw["nodes"][TEMPLATE_NODE]
     gpus = [n for n in raw["nodes"] if n != TEMPLATE_NODE and "class" in raw["nodes"][n]
             and raw["nodes"][n]["class"] == template["class"]]

@@ -39,9 +39,14 @@ def _setup(p: argparse.ArgumentParser) -> None:
                    help="the report's folder: replay.md, replay.json and the plots")
 
 
+def _capacity(desc: Description) -> tuple[int, int]:
+    """The on-prem GPUs a replay saturates, and the most GPUs one node has."""
+    nodes = replay_run.slurm.nodes(desc)
+    return sum(n.gpus for n in nodes if not n.cloud), max(n.gpus for n in nodes)
+
+
 def _trace(args: argparse.Namespace, desc: Description) -> tuple[str, list[trace.TraceJob]]:
-    capacity = sum(n.gpus for n in replay_run.slurm.nodes(desc) if not n.cloud)
-    per_node = max(n.gpus for n in replay_run.slurm.nodes(desc))
+    capacity, per_node = _capacity(desc)
     if args.trace:
         return str(args.trace), trace.read(args.trace)
     if args.alibaba:
@@ -61,6 +66,7 @@ def _trace(args: argparse.Namespace, desc: Description) -> tuple[str, list[trace
 def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
     name, jobs = _trace(args, desc)
     replay_run.check_trace(desc, jobs)
+    capacity, _ = _capacity(desc)
     start = time.monotonic()
 
     def report(msg: str) -> None:
@@ -80,7 +86,6 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
             rs, demands = replay_run.replay_once(ctx, policy, can, speedup=args.speedup,
                                                  timeout_s=args.timeout, report=report,
                                                  run=run)
-            capacity = sum(n.gpus for n in replay_run.slurm.nodes(desc) if not n.cloud)
             runs[policy], metrics[policy] = rs, replay.metrics(rs, demands, capacity)
             metrics[policy]["not_runnable"] = len(cannot)
             t0[policy] = min((d.eligible for d in demands), default=0.0)
@@ -92,7 +97,6 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
             waits[policy] = dict(per_class)
         if "baseline" in policies:
             replay_run.use_policy(s, "gpupool")  # leave the lab on gpupool's policy
-    capacity = sum(n.gpus for n in replay_run.slurm.nodes(desc) if not n.cloud)
     result = {"trace": name, "jobs": len(jobs), "speedup": args.speedup,
               "offered_load": round(trace.offered_load(jobs, capacity, args.horizon), 3),
               "policies": metrics}
