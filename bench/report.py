@@ -1,9 +1,10 @@
 """The figures, rendered from bench/results/ and nowhere else: bench/RESULTS.md (every file,
-every figure, with the command and commit that wrote it) and the headline table between
-the README's figure markers. `python -m bench` renders both after it measures;
-tests/test_bench_results.py fails when either disagrees with the files.
+every figure, with the command and commit that wrote it), the headline table between the
+README's figure markers and each runbook's measured times to recover, between the same
+markers. `python -m bench` renders them after it measures; tests/test_bench_results.py
+fails when any disagrees with the files.
 
-    python -m bench.report          # render both now
+    python -m bench.report          # render them now
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ import bench
 
 RESULTS_MD = bench.ROOT / "bench" / "RESULTS.md"
 README = bench.ROOT / "README.md"
+RUNBOOKS = bench.ROOT / "runbooks"
 START = "<!-- figures: rendered by `python -m bench.report` from bench/results/; do not edit -->"
 END = "<!-- /figures -->"
 
-# The README's headline figures: (what, results file, path to the figure, unit).
-HEADLINES = [
+# A figure shown in a table: (what, results file, path(s) to the figure, unit).
+Figure = tuple[str, str, str, str]
+# The README's headline figures.
+HEADLINES: list[Figure] = [
     ("`validate` on the lab stack (median CPU)", "cli_startup",
      "verbs.validate.cpu_s_median", "CPU-s"),
     ("`plan` on 1,000 nodes (whole command, CPU)", "plan", "plan_cpu_s_1000_nodes", "CPU-s"),
@@ -42,6 +46,53 @@ HEADLINES = [
      "synthetic.policies.gpupool.gpu_utilization_saturated "
      "synthetic.policies.baseline.gpu_utilization_saturated", ""),
 ]
+
+# Each runbook's measured figures, shown under its "Expected time to recover".
+RUNBOOK_FIGURES: dict[str, list[Figure]] = {
+    "node-failure.md": [
+        ("node killed: its job running again on another node", "drills",
+         "node-failure.time_to_resume_s", "s"),
+        ("steps redone at most / checkpoint interval", "drills",
+         "node-failure.steps_redone_at_most node-failure.checkpoint_interval_steps", "steps"),
+    ],
+    "gpu-xid-or-ecc-errors.md": [
+        ("failing node drained by the periodic health check", "drills",
+         "health-check.health_check_s", "s"),
+        ("its job running again elsewhere", "drills", "health-check.time_to_resume_s", "s"),
+    ],
+    "network-degradation.md": [
+        ("a failed node's job running again elsewhere", "drills",
+         "node-failure.time_to_resume_s", "s"),
+    ],
+    "queue-overflow-or-starvation.md": [
+        ("interactive job start on a full pool (by preemption)", "slurm_lab",
+         "interactive_start_on_full_pool_s", "s"),
+        ("preempted job: requeued to completed", "slurm_lab", "requeue_to_complete_s", "s"),
+        ("drill: urgent job started / victim running again", "drills",
+         "preemption.urgent_start_s preemption.time_to_resume_s", "s"),
+        ("drill: steps the victim lost", "drills", "preemption.steps_lost", "steps"),
+    ],
+    "driver-upgrade.md": [
+        ("rolling rollout over the lab's GPU nodes", "rolling_upgrade", "rollout_s", "s"),
+    ],
+    "adding-and-removing-nodes.md": [
+        ("one node, bare to admitted / re-run", "onboard",
+         "runs.0.converge_s runs.0.rerun_s", "s"),
+    ],
+    "checkpoint-restore.md": [
+        ("newest valid checkpoint fetched and verified", "drills",
+         "disaster-recovery.restore_s", "s"),
+        ("restored job resumed at step", "drills", "disaster-recovery.resumed_at_step", ""),
+    ],
+    "storage-full.md": [
+        ("storage outage / checkpoint saves that failed in it", "drills",
+         "storage-outage.outage_s storage-outage.failed_saves", ""),
+    ],
+    "burst-capacity-unavailable.md": [
+        ("burst node: resume to job done", "slurm_lab", "burst_resume_to_job_done_s", "s"),
+        ("burst node: idle to suspended", "slurm_lab", "burst_idle_to_suspended_s", "s"),
+    ],
+}
 
 
 def load() -> dict[str, dict[str, Any]]:
@@ -97,9 +148,10 @@ def results_md(data: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def readme_block(data: dict[str, dict[str, Any]]) -> str:
+def readme_block(data: dict[str, dict[str, Any]], figures: list[Figure] = HEADLINES) -> str:
+    """The marked table of figures (the README's headlines unless others are given)."""
     rows = ["| figure | value | from |", "| --- | ---: | --- |"]
-    for what, name, paths, unit in HEADLINES:
+    for what, name, paths, unit in figures:
         d = data.get(name)
         values = [lookup(d["figures"], p) if d else None for p in paths.split()]
         shown = " / ".join("not measured" if v is None else f"{v:g}" if isinstance(v, float)
@@ -114,7 +166,7 @@ def readme_block(data: dict[str, dict[str, Any]]) -> str:
 def readme_with(block: str, text: str) -> str:
     pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
     if not pattern.search(text):
-        raise ValueError(f"README.md has no figure markers ({START} ... {END})")
+        raise ValueError(f"no figure markers ({START} ... {END})")
     return pattern.sub(lambda _: block, text)
 
 
@@ -122,6 +174,9 @@ def render_files() -> None:
     data = load()
     RESULTS_MD.write_text(results_md(data))
     README.write_text(readme_with(readme_block(data), README.read_text()))
+    for name, figures in RUNBOOK_FIGURES.items():
+        path = RUNBOOKS / name
+        path.write_text(readme_with(readme_block(data, figures), path.read_text()))
 
 
 if __name__ == "__main__":

@@ -79,3 +79,24 @@ def test_readme_figures_are_rendered_from_the_files() -> None:
     text = report.README.read_text()
     assert report.readme_with(report.readme_block(report.load()), text) == text, (
         "the README's figures are stale: run python -m bench.report")
+
+
+@pytest.mark.parametrize("name", sorted(report.RUNBOOK_FIGURES))
+def test_runbook_figures_are_rendered_from_the_files(name: str) -> None:
+    text = (report.RUNBOOKS / name).read_text()
+    block = report.readme_block(report.load(), report.RUNBOOK_FIGURES[name])
+    assert report.readme_with(block, text) == text, (
+        f"runbooks/{name}'s figures are stale: run python -m bench.report")
+
+
+def test_every_runbook_figure_is_in_its_results_file() -> None:
+    """A figure a runbook quotes that its writer no longer produces would show as "not
+    measured" unnoticed; a results file not written yet is the one allowed gap."""
+    data = report.load()
+    for name, figures in report.RUNBOOK_FIGURES.items():
+        for _what, results, paths, _unit in figures:
+            assert (bench.ROOT / "bench" / f"{results}.py").exists(), (name, results)
+            if results in data:
+                missing = [p for p in paths.split()
+                           if report.lookup(data[results]["figures"], p) is None]
+                assert not missing, f"runbooks/{name}: {results}.json has no {missing}"
