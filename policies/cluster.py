@@ -7,7 +7,8 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from gpupool.render.cloud import LABEL_PREFIX, TAG_TEAM
-from gpupool.render.k8s_objects import GPU_RESOURCE, LABEL_CAPACITY, LABEL_MODEL
+from gpupool.render.k8s_objects import GPU_RESOURCE
+from gpupool.render.node_labels import LABEL_CAPACITY, LABEL_MODEL
 from gpupool.spec.facts import gpu_capacity
 from gpupool.spec.model import VERSION_RE, Description
 from policies.core import Level, Res, Stack, stack_policy

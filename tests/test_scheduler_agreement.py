@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import pytest
 
-from gpupool.render import k8s_objects, slurm
+from gpupool.render import k8s_objects, node_labels, slurm
 from gpupool.spec import loader
 
 STACKS = ["lab", "example"]
@@ -38,7 +38,7 @@ def test_team_quotas_agree(stack):
     desc = loader.load_stack(stack)
     kobjs, objs = kueue(desc)
     k_nominal: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    model_of = {o["metadata"]["name"]: o["spec"]["nodeLabels"][k8s_objects.LABEL_MODEL]
+    model_of = {o["metadata"]["name"]: o["spec"]["nodeLabels"][node_labels.LABEL_MODEL]
                 for o in kobjs if o["kind"] == "ResourceFlavor"}
     for cq in (o for o in kobjs if o["kind"] == "ClusterQueue"):
         team = cq["metadata"]["name"].removesuffix("-preemptible")

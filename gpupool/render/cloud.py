@@ -15,12 +15,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from gpupool.render import node_labels
+from gpupool.render.node_labels import LABEL_PREFIX
 from gpupool.spec.catalog import INSTANCE_TYPES
 from gpupool.spec.model import BurstGroup, Description, Purpose, StorageTier, Temperature
 
 # Tag keys on every taggable AWS resource; Kubernetes objects carry the same as labels.
 TAG_POOL, TAG_TEAM, TAG_COST_CENTRE = "pool", "team", "cost-centre"
-LABEL_PREFIX = "gpupool.io/"
 SHARED = "shared"  # the team tag of resources every team uses
 S3_ENDPOINT_PEER = "s3-endpoint"  # the peer tag of the one rule that is not a flow
 S3_ENDPOINT_PORT = 443
@@ -266,7 +267,10 @@ def node_policy(desc: Description, group: BurstGroup, datasets_arn: str,
 
 def user_data(desc: Description, name: str, group: BurstGroup) -> str:
     """cloud-init that leaves the facts onboarding needs on the node; the onboarding play
-    finds nodes by their burst-group tag and reads these facts."""
+    finds nodes by their burst-group tag and reads these facts. With Kubernetes declared it
+    also gives kubelet the labels and taints the node registers with (node_labels.py),
+    picked by the capacity type the metadata service reports: an Auto Scaling group that
+    mixes spot and on-demand decides it per instance at launch."""
     facts = {"pool": desc.pool.name, "burst_group": name, "team": group.team or SHARED,
              "domain": desc.pool.domain, "gpus": INSTANCE_TYPES[group.instance_types[0]].gpus,
              "gpu_model": INSTANCE_TYPES[group.instance_types[0]].gpu_model}
@@ -274,4 +278,23 @@ def user_data(desc: Description, name: str, group: BurstGroup) -> str:
              "cat > /etc/gpupool/burst.json <<'EOF'",
              json.dumps(facts, sort_keys=True),
              "EOF"]
+    if desc.kubernetes is not None:
+        kinds = node_labels.burst_nodes(desc, name)
+        # Unknown (metadata unreachable): spot where the group may be spot, so the node
+        # is tainted and only work admitted to spot lands on it.
+        fallback = node_labels.SPOT if node_labels.SPOT in kinds else next(iter(kinds))
+        lines += [
+            # IMDSv2 (the launch template requires tokens): spot or on-demand.
+            "token=$(curl -sf -X PUT http://169.254.169.254/latest/api/token"
+            " -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' || true)",
+            "life=$(curl -sf -H \"X-aws-ec2-metadata-token: $token\""
+            " http://169.254.169.254/latest/meta-data/instance-life-cycle || true)",
+            'case "$life" in',
+            *(f"  {kind}) args='{node_labels.kubelet_args(reg)}' ;;"
+              for kind, reg in kinds.items() if kind != fallback),
+            f"  *) args='{node_labels.kubelet_args(kinds[fallback])}' ;;",
+            "esac",
+            # Read by kubelet's systemd unit (kubeadm's EnvironmentFile) before it joins.
+            "printf 'KUBELET_EXTRA_ARGS=\"%s\"\\n' \"$args\" > /etc/default/kubelet",
+        ]
     return "\n".join(lines) + "\n"

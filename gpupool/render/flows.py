@@ -10,6 +10,12 @@ role's firewall and the acceptance gate's network checks both come from these fu
 Sources are kept per source segment (`segment_sources`, computed once per render) and
 allowances name the segment they come from, so the inventory grows linearly with the pool:
 every host's firewall refers to the pool-wide sets instead of carrying its own copy.
+
+A declared Kubernetes cluster adds its own allowances, on the nodes' management
+addresses (kubelet's node IP) and only on the nodes of the cluster: the API server from
+the cluster's nodes and the admin ranges, etcd between control-plane nodes, kubelet from
+the control plane, and the pod network's ports between the cluster's nodes. Their sources
+are the pseudo segments KUBERNETES_* in segment_sources().
 """
 
 from __future__ import annotations
@@ -17,9 +23,25 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from gpupool.spec.model import Description
+from gpupool.spec.model import Cni, Description, NodeRole
 
 ALL_PORTS = "all"
+# Kubernetes' ports (kubernetes.io/docs/reference/networking/ports-and-protocols/).
+API_SERVER = 6443
+KUBELET = 10250
+ETCD = (2379, 2380)  # client, peer
+# The pod network's node-to-node ports, per CNI: flannel's and Cilium's VXLAN use the
+# Linux default port 8472 (not IANA's 4789); Calico here routes pods natively over BGP
+# (no IP-in-IP or VXLAN encapsulation); Cilium's agents health-check each other on 4240.
+CNI_PORTS: dict[Cni, tuple[tuple[str, tuple[int, ...]], ...]] = {
+    Cni.FLANNEL: (("udp", (8472,)),),
+    Cni.CALICO: (("tcp", (179,)),),
+    Cni.CILIUM: (("udp", (8472,)), ("tcp", (4240,))),
+}
+KUBERNETES_NODES = "kubernetes-nodes"
+KUBERNETES_CONTROL_PLANE = "kubernetes-control-plane"
+KUBERNETES_API_CLIENTS = "kubernetes-api-clients"
+KUBERNETES_SEGMENT = "management"  # where kubelet's node IP and the API server live
 
 
 @dataclass(frozen=True)
@@ -51,7 +73,48 @@ def segment_sources(desc: Description) -> dict[str, tuple[str, ...]]:
             addresses.add(cloud)
         if segment == "management":
             addresses.update(desc.network.admin_cidrs)
-    return {s: tuple(sorted(a)) for s, a in found.items()}
+    out = {s: tuple(sorted(a)) for s, a in found.items()}
+    return out | kubernetes_sources(desc)
+
+
+def kubernetes_member(desc: Description, node: str) -> bool:
+    """Is an on-prem node one of the declared cluster's: control plane or compute?"""
+    k8s = desc.kubernetes
+    return k8s is not None and (node in k8s.control_plane
+                                or NodeRole.COMPUTE in desc.nodes[node].roles)
+
+
+def kubernetes_sources(desc: Description) -> dict[str, tuple[str, ...]]:
+    """The Kubernetes pseudo segments' addresses; none without a declared cluster."""
+    k8s = desc.kubernetes
+    if k8s is None:
+        return {}
+    segment = desc.network.segments.get(KUBERNETES_SEGMENT)
+    cloud = [segment.cloud_cidr] if segment is not None and segment.cloud_cidr else []
+    nodes = sorted({desc.nodes[n].addresses[KUBERNETES_SEGMENT]
+                    for n in desc.nodes if kubernetes_member(desc, n)} | set(cloud))
+    control = sorted({desc.nodes[n].addresses[KUBERNETES_SEGMENT] for n in k8s.control_plane})
+    return {KUBERNETES_NODES: tuple(nodes), KUBERNETES_CONTROL_PLANE: tuple(control),
+            KUBERNETES_API_CLIENTS: tuple(sorted({*nodes, *desc.network.admin_cidrs}))}
+
+
+def kubernetes_inbound(desc: Description, node: str,
+                       sources: dict[str, tuple[str, ...]]) -> list[Allowance]:
+    """What one node of the cluster must let in for Kubernetes; nothing on other nodes."""
+    k8s = desc.kubernetes
+    if k8s is None or not kubernetes_member(desc, node):
+        return []
+
+    def allow(source: str, protocol: str, ports: tuple[int, ...]) -> Allowance:
+        return Allowance(KUBERNETES_SEGMENT, source, sources[source], protocol, ports)
+
+    out = []
+    if node in k8s.control_plane:
+        out += [allow(KUBERNETES_API_CLIENTS, "tcp", (API_SERVER,)),
+                allow(KUBERNETES_CONTROL_PLANE, "tcp", ETCD)]
+    out.append(allow(KUBERNETES_CONTROL_PLANE, "tcp", (KUBELET,)))
+    out += [allow(KUBERNETES_NODES, protocol, ports) for protocol, ports in CNI_PORTS[k8s.cni]]
+    return out
 
 
 def inbound(desc: Description, node: str,
@@ -62,7 +125,8 @@ def inbound(desc: Description, node: str,
     mine = desc.nodes[node].addresses
     return [Allowance(flow.to, flow.from_, sources[flow.from_], flow.protocol,
                       tuple(flow.ports))
-            for flow in desc.network.flows if flow.to in mine]
+            for flow in desc.network.flows if flow.to in mine
+            ] + kubernetes_inbound(desc, node, sources)
 
 
 def allowed(desc: Description, src: str, dst: str, segment: str, port: int) -> bool:

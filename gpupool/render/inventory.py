@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpupool.render import flows, slurm
+from gpupool.render import flows, node_labels, slurm
 from gpupool.spec.facts import gpu_capacity, rack_places
 from gpupool.spec.model import Description
 
@@ -33,6 +33,9 @@ def pool_vars(desc: Description) -> dict[str, Any]:
         "gpupool_storage_tiers": {
             n: t.model_dump(mode="json") for n, t in desc.storage_tiers.items()},
         "gpupool_gpu_capacity": gpu_capacity(desc),
+        # The declared Kubernetes cluster (CNI, control plane), or None: no cluster.
+        "gpupool_kubernetes": (desc.kubernetes.model_dump(mode="json")
+                               if desc.kubernetes else None),
         # Per flow source segment, the addresses its flows let in (gpupool/render/flows.py):
         # once for the pool, so the inventory grows linearly with it.
         "gpupool_flow_sources": {s: list(a) for s, a in flows.segment_sources(desc).items()},
@@ -64,6 +67,9 @@ def host_vars(desc: Description, name: str, places: dict[str, Any] | None = None
             "cpus": cls.cpus,
             "memory_gib": cls.memory_gib,
             "nvme": cls.nvme.model_dump(mode="json"),
+            # What kubelet registers the node with: the labels Kueue's flavors select and
+            # the taints they tolerate (gpupool/render/node_labels.py); None: no cluster.
+            "kubernetes": node_labels.onprem_node(desc, name),
             # Inbound firewall allowances from the declared flows (gpupool/render/flows.py).
             "inbound": flows.inbound_vars(
                 desc, name, flows.segment_sources(desc) if sources is None else sources),

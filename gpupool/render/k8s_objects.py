@@ -12,16 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupool.render.cloud import LABEL_PREFIX, labels, onprem_sources
+from gpupool.render.node_labels import flavor_labels, flavor_taints
 from gpupool.render.scheduling import class_policies, preemption_pairs, team_quotas
 from gpupool.spec.catalog import INSTANCE_TYPES
 from gpupool.spec.facts import CAPACITY_TYPES, gpu_capacity, preemption_kueue_expressible
-from gpupool.spec.model import Capacity, Description, NodeRole
+from gpupool.spec.model import Description, NodeRole
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 GPU_RESOURCE = "nvidia.com/gpu"
-LABEL_MODEL = LABEL_PREFIX + "gpu-model"
-LABEL_CAPACITY = LABEL_PREFIX + "capacity-type"
-SPOT = Capacity.SPOT.value
 RBAC_API = "rbac.authorization.k8s.io"
 
 Manifest = dict[str, Any]
@@ -292,17 +290,19 @@ def cluster_queues(desc: Description, team: str,
 
 
 def resource_flavors(desc: Description) -> list[Manifest]:
+    """One flavor per GPU model and capacity type, selecting the labels its nodes register
+    with (gpupool/render/node_labels.py: kubelet on-prem, user data on burst nodes)."""
     out = []
     for model, caps in gpu_capacity(desc).items():
         for kind, gpus in caps.items():
             if gpus == 0:
                 continue
-            spec: dict[str, Any] = {"nodeLabels": {LABEL_MODEL: model, LABEL_CAPACITY: kind}}
-            if kind == SPOT:
-                # Spot nodes are tainted so only admitted, requeue-able work lands there.
-                taint = {"key": LABEL_CAPACITY, "value": SPOT, "effect": "NoSchedule"}
-                spec["nodeTaints"] = [taint]
-                spec["tolerations"] = [{**taint, "operator": "Equal"}]
+            spec: dict[str, Any] = {"nodeLabels": flavor_labels(model, kind)}
+            if taints := flavor_taints(kind):
+                # Kueue admits a workload to a tainted flavor only if it tolerates the
+                # taints; the flavor's tolerations are added to the pods it admits there.
+                spec["nodeTaints"] = taints
+                spec["tolerations"] = [{**t, "operator": "Equal"} for t in taints]
             out.append({"apiVersion": KUEUE_API, "kind": "ResourceFlavor",
                         "metadata": _meta(desc, flavor_name(model, kind)), "spec": spec})
     return out

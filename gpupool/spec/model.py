@@ -271,6 +271,22 @@ class Software(Strict):
                     list[Version]] = {}
 
 
+class Cni(StrEnum):
+    """The pod network, which decides the ports nodes open to each other."""
+
+    FLANNEL = "flannel"  # VXLAN overlay, UDP 8472
+    CALICO = "calico"  # BGP between nodes (TCP 179), pods routed without encapsulation
+    CILIUM = "cilium"  # VXLAN overlay (UDP 8472) and its health checks (TCP 4240)
+
+
+class Kubernetes(Strict):
+    """A Kubernetes cluster over the pool's nodes: the control plane runs the API server
+    and etcd; every compute node and burst node is a worker. Absent: no cluster."""
+
+    cni: Cni
+    control_plane: Annotated[list[str], Field(min_length=1)]
+
+
 class Description(Strict):
     """A whole pool. `version` is the schema version, for migrations."""
 
@@ -285,6 +301,7 @@ class Description(Strict):
     storage_tiers: Annotated[dict[Name, StorageTier], Field(min_length=1)]
     network: Network
     software: Software
+    kubernetes: Kubernetes | None = None
     # Where the description was read from (set by the loader), for tools run later that
     # must read the same file (the gate run by the admission role).
     _source: Path | None = PrivateAttr(default=None)

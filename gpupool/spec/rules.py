@@ -501,3 +501,18 @@ def scratch_network(desc: Description) -> Iterator[Problem]:
                           "Lustre scratch (FSx) lives in the burst VPC of the pool's region "
                           f"{desc.pool.cloud_region}: no burst group declares one there",
                           "lustre")
+
+
+@rule("kubernetes", "nodes")
+def kubernetes(desc: Description) -> Iterator[Problem]:
+    if desc.kubernetes is None:
+        return
+    seen: set[str] = set()
+    for i, name in enumerate(desc.kubernetes.control_plane):
+        path = f"kubernetes.control_plane.{i}"
+        if name not in desc.nodes:
+            yield Problem(path, "kubernetes-control-plane-known", "no such node", name)
+        elif name in seen:
+            yield Problem(path, "kubernetes-control-plane-unique", "a node is listed twice",
+                          name)
+        seen.add(name)
