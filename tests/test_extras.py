@@ -1,0 +1,112 @@
+"""The `gate` extra is all a GPU node needs: the gate's on-node path (and `validate`) import
+nothing of Pulumi, Ansible, matplotlib, jsonschema or kubernetes_validate.
+
+Three checks, cheapest first: in this venv, those modules stay out of sys.modules; in an
+interpreter that sees only the extra's packages (and what they require), taken from this
+venv, the gate's modules import, its suites collect and `validate` passes; and, where uv's
+cache holds the wheels, the same in a fresh venv made by uv offline.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+from tests.conftest import ROOT
+
+HEAVY = ("pulumi", "pulumi_aws", "pulumi_kubernetes", "pulumi_policy", "ansible",
+         "matplotlib", "jsonschema", "kubernetes_validate", "boto3")
+GATE_EXTRA = tomllib.loads((ROOT / "pyproject.toml").read_text())[
+    "project"]["optional-dependencies"]["gate"]
+
+# What a node runs: the `gate` verb (its module, the runner, the pytest plugin), the
+# suites pytest loads, and the description's loader; then `validate` on the lab stack.
+PROBE = """
+import importlib.util, sys
+from pathlib import Path
+from gpupool.cli import build_parser, main
+build_parser("gate")
+import gpupool.gate.actions, gpupool.gate.expect, gpupool.gate.nvidia, gpupool.gate.plugin
+import gpupool.gate.runner
+for path in sorted(Path("gpupool/gate/suites").glob("*.py")):
+    spec = importlib.util.spec_from_file_location(f"suite_{path.stem}", path)
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+code = main(["validate", "--stack", "lab"])
+print("HEAVY=" + " ".join(sorted(m for m in sys.modules if m.split(".")[0] in HEAVY)))
+sys.exit(code)
+"""
+
+
+def _probe(argv: list[str], env: dict[str, str] | None = None, path: tuple[Path, ...] = ()
+           ) -> list[str]:
+    """The heavy modules PROBE loaded under this interpreter, with path put first on
+    sys.path."""
+    code = f"import sys; sys.path[:0] = {[str(p) for p in path]!r}\nHEAVY = {HEAVY!r}\n{PROBE}"
+    proc = subprocess.run([*argv, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout.rpartition("HEAVY=")[2].split()
+
+
+def test_gate_and_validate_load_no_heavy_module() -> None:
+    assert _probe([sys.executable]) == []
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+
+
+def _closure(requirements: list[str]) -> list[metadata.Distribution]:
+    """The installed distributions the requirements need, transitively (extras of theirs
+    that nothing asks for left out)."""
+    found: dict[str, metadata.Distribution] = {}
+    todo = [Requirement(r) for r in requirements]
+    while todo:
+        req = todo.pop()
+        name = re.sub(r"[-_.]+", "-", req.name).lower()
+        if name in found or (req.marker and not req.marker.evaluate({"extra": ""})):
+            continue
+        found[name] = dist = metadata.distribution(name)
+        todo += [Requirement(r) for r in dist.requires or []]
+    return list(found.values())
+
+
+def test_the_gate_extra_is_enough(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    dists = _closure(GATE_EXTRA)
+    for dist in dists:
+        base = Path(str(dist.locate_file("")))
+        tops = {f.parts[0] for f in dist.files or [] if f.parts and f.parts[0] != ".."}
+        for top in tops - {"bin", "__pycache__"}:
+            if (base / top).exists() and not (site / top).exists():
+                (site / top).symlink_to(base / top)
+    names = {d.metadata["Name"].lower() for d in dists}
+    assert not names & {"pulumi", "ansible", "ansible-core", "matplotlib", "jsonschema",
+                        "kubernetes-validate"}, names
+    # -S: no site-packages; only the extra's packages and the checkout are importable.
+    assert _probe([sys.executable, "-S"], _clean_env(), (site, ROOT)) == []
+
+
+@pytest.mark.skipif(shutil.which("uv") is None, reason="uv is not installed")
+def test_the_gate_extra_in_a_fresh_venv(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run(["uv", "venv", "--offline", "-q", "-p", sys.executable, str(venv)],
+                   check=True, capture_output=True, timeout=120)
+    python = venv / "bin" / "python"
+    install = subprocess.run(
+        ["uv", "pip", "install", "--offline", "-q", "--python", str(python), *GATE_EXTRA],
+        capture_output=True, text=True, timeout=300, check=False)
+    if install.returncode != 0:
+        pytest.skip("uv's cache lacks wheels the gate extra needs (offline): "
+                    + install.stderr.strip().splitlines()[0])
+    assert _probe([str(python)], _clean_env(), (ROOT,)) == []
