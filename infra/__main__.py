@@ -1,7 +1,8 @@
 """Entry point for the Pulumi CLI (`main: infra/` in Pulumi.yaml).
 
-The stack config `gpupool:description` names the pool description; nothing else is
-configured, so every resource follows from that file.
+The stack config `gpupool:description` names the pool description; it is the only setting
+the program reads (`gpupool:connection` is Ansible's), so every resource follows from
+that file.
 """
 
 import sys

@@ -15,7 +15,7 @@ from pathlib import Path
 from gpupool.cli import registry
 from gpupool.cli.output import EXIT_INTERNAL, EXIT_INVALID, emit_json, err
 from gpupool.paths import PROJECT_FILE, find_project
-from gpupool.spec import loader
+from gpupool.spec import connection, loader
 from gpupool.spec.errors import DescriptionError, Problem
 from gpupool.spec.model import Description
 
@@ -40,9 +40,13 @@ def project(args: argparse.Namespace) -> Path:
 
 
 def load(args: argparse.Namespace) -> Description:
+    """The description; for a stack, its connection settings too (args.connection), checked
+    by every verb as the description is."""
+    args.connection = None
     if args.file:
         return loader.load_file(Path(args.file))
-    return loader.load_stack(args.stack, args.project_root)
+    desc, args.connection = connection.load(args.stack, args.project_root)
+    return desc
 
 
 class _Version(argparse.Action):

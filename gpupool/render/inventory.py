@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpupool.render import flows, node_labels, slurm
+from gpupool.spec.connection import Connection
 from gpupool.spec.facts import gpu_capacity, rack_places
 from gpupool.spec.model import Description
 
@@ -77,8 +78,11 @@ def host_vars(desc: Description, name: str, places: dict[str, Any] | None = None
     }
 
 
-def build(desc: Description, extra_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-    """An inventory in Ansible's YAML inventory format."""
+def build(desc: Description, extra_vars: dict[str, Any] | None = None,
+          connection: Connection | None = None) -> dict[str, Any]:
+    """An inventory in Ansible's YAML inventory format; connection settings (the stack
+    config's, gpupool/spec/connection.py) go to `all` and to the site_* groups."""
+    connection = connection or Connection()
     groups: dict[str, set[str]] = {}
     places = rack_places(desc)
     sources = flows.segment_sources(desc)
@@ -109,10 +113,13 @@ def build(desc: Description, extra_vars: dict[str, Any] | None = None) -> dict[s
     children: dict[str, Any] = {
         g: ({"hosts": dict.fromkeys(sorted(h))} if h else {}) for g, h in sorted(groups.items())
     }
+    for site in desc.sites:
+        if site_vars := connection.site_vars(site):
+            children.setdefault(group_name("site", site), {})["vars"] = site_vars
     return {
         "all": {
             "hosts": {n: host_vars(desc, n, places, sources) for n in desc.nodes},
-            "vars": {**pool_vars(desc), **(extra_vars or {})},
+            "vars": {**pool_vars(desc), **connection.all.ansible_vars(), **(extra_vars or {})},
             "children": children,
         }
     }

@@ -36,13 +36,19 @@ def files(name: str, stack: str, starter: str) -> dict[str, str]:
     ansible = (PROJECT_ROOT / "ansible.cfg").read_text()
     ansible = re.sub(r"(?m)^roles_path = .*$", f"roles_path = {PROJECT_ROOT / 'roles'}",
                      ansible)
-    ansible = re.sub(r"(?m)^inventory = .*\n", "", ansible)
+    ansible = re.sub(r"(?m)^inventory_plugins = .*$",
+                     f"inventory_plugins = {PROJECT_ROOT / 'inventory_plugins'}", ansible)
+    # The project's inventory is its description, read by the gpupool plugin at each run.
+    ansible = re.sub(r"(?m)^inventory = .*$", "inventory = gpupool.yml", ansible)
     return {
         PROJECT_FILE: pulumi,
         f"Pulumi.{stack}.yaml": "# The stack's pool description; everything is derived from "
                                 f"it.\nconfig:\n  gpupool:description: pools/{stack}.yaml\n",
         f"pools/{stack}.yaml": description,
         "ansible.cfg": ansible,
+        "gpupool.yml": "# This project's Ansible inventory, read from the stack's description "
+                       "at every run\n# by gpupool's inventory plugin (inventory_plugins/"
+                       f"gpupool.py).\nplugin: gpupool\nstack: {stack}\n",
         "README.md": f"""# {name}: a gpupool pool project
 
 Created by `gpupool init` from the `{starter}` description. Edit `pools/{stack}.yaml`, then:
@@ -51,10 +57,16 @@ Created by `gpupool init` from the `{starter}` description. Edit `pools/{stack}.
     gpupool show --stack {stack}         # capacity, segments, quotas, classes
     gpupool plan --stack {stack}         # what the Pulumi program declares
     gpupool policy --stack {stack}       # the policy pack over it
-    gpupool inventory --stack {stack} -o inventory.yml
-    ansible-playbook -i inventory.yml {PROJECT_ROOT / 'playbooks' / 'site.yml'}
+    ansible-playbook {PROJECT_ROOT / 'playbooks' / 'site.yml'}
 
-Run them here or in any folder below. The Pulumi program, the roles and the playbooks are
+Ansible's inventory is `gpupool.yml` (the `inventory` of `ansible.cfg`): the gpupool
+inventory plugin reads the stack's description at every run, so it is never stale.
+`gpupool inventory --stack {stack} -o inventory.yml` writes the same inventory to a file.
+How Ansible reaches the nodes (user, bastion, become, SSH arguments) is the stack config's
+`gpupool:connection` section, in `Pulumi.{stack}.yaml`; both carry it.
+
+Run the `gpupool` verbs here or in any folder below, Ansible here (it reads
+`./ansible.cfg`). The Pulumi program, the roles and the playbooks are
 gpupool's, at {PROJECT_ROOT}.
 """,
     }

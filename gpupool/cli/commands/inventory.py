@@ -19,7 +19,9 @@ def _setup(p: argparse.ArgumentParser) -> None:
 
 @command("inventory", "the Ansible inventory derived from the description", _setup)
 def cmd_inventory(args: argparse.Namespace, desc: Description) -> int:
-    inv = inventory.build(desc)
+    # The stack config's connection settings (none with --file); the inventory plugin
+    # (inventory_plugins/gpupool.py) builds the same.
+    inv = inventory.build(desc, connection=args.connection)
     text = (json.dumps(inv, indent=2, sort_keys=True) + "\n" if args.json
             else yaml_text(inv))
     if args.output:
