@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpupool.render import flows, node_labels, slurm
+from gpupool.render import mig_config as mig_render
 from gpupool.spec.connection import Connection
 from gpupool.spec.facts import gpu_capacity, rack_places
 from gpupool.spec.model import Description
@@ -42,6 +43,9 @@ def pool_vars(desc: Description) -> dict[str, Any]:
         "gpupool_flow_sources": {s: list(a) for s, a in flows.segment_sources(desc).items()},
         # The scheduler policy the slurm role applies (gpupool/render/slurm.py).
         "gpupool_slurm": slurm.plan(desc),
+        # MIG layouts: mig-parted's config per class, the GPU Operator's strategy
+        # (gpupool/render/mig_config.py), read by the mig and gpu_operator roles.
+        "gpupool_mig": mig_render.plan(desc),
         **({"gpupool_description_file": str(desc.source)} if desc.source else {}),
     }
 

@@ -11,7 +11,10 @@ Policy choices (see roles/slurm/README.md for the why):
 - one QOS per class (partition QOS) carrying MaxWall, so limits show in sacctmgr;
 - one account per team: GrpTRES = quota + borrowing limit (the most GPUs a team may hold
   at once, as Kueue's nominal quota + borrowing limit), fairshare shares = quota, usage
-  counted in GPU-seconds (TRESBillingWeights);
+  counted in GPU-seconds (TRESBillingWeights); a team's MIG quota adds
+  gres/gpu:<profile> caps (every MIG instance is one gres/gpu, and bills as one);
+- MIG-partitioned nodes offer their instances as GRES typed by profile
+  (Gres=gpu:1g.10gb:28), never whole GPUs;
 - burst groups as State=CLOUD nodes with power saving; on-prem nodes never suspend. Cloud
   nodes serve every class but the top one: its jobs must start in seconds, so on a full
   pool they preempt rather than wait minutes for a cloud node to boot (Slurm would pick a
@@ -39,6 +42,7 @@ from gpupool.spec.facts import (
     preemption_slurm_expressible,
     rack_places,
 )
+from gpupool.spec.mig import is_partitioned
 from gpupool.spec.model import Capacity, Description, NodeRole
 
 # Slurm caps PriorityTier and PriorityJobFactor at this value.
@@ -52,6 +56,11 @@ SUSPEND_PROGRAM = "/usr/local/sbin/gpupool-burst-suspend"
 BURST_CONFIG = "/etc/slurm/gpupool-burst.json"
 BILLING = "CPU=0,GRES/gpu=1"  # fairshare on GPU-seconds only
 GPU_DEVICE = "/dev/nvidia{}"
+# Lab only: the character devices standing in for MIG instances, named like the driver's
+# MIG capability devices (real ones have a dynamic major; the fixture takes 240, the first
+# of Linux's local/experimental character majors).
+MIG_FIXTURE_DEVICE = "/dev/nvidia-caps/nvidia-cap{}"
+MIG_FIXTURE_MAJOR = 240
 
 # Daemon tuning by environment. The lab runs in unprivileged containers (no cgroup
 # writes, fewer cores than declared) and wants fast turnaround for its tests.
@@ -107,6 +116,14 @@ class SlurmNode:
     weight: int
     cloud: bool
     leaf: str  # leaf switch, or the burst group for cloud nodes
+    # MIG-partitioned nodes: (profile, instances on the node), sorted by profile; their
+    # GRES are these instances, typed by profile, instead of whole GPUs.
+    mig: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def gres(self) -> list[tuple[str, int]]:
+        """(GRES type, count): the GPU model for whole GPUs, else one per MIG profile."""
+        return list(self.mig) if self.mig else [(self.gpu_model, self.gpus)]
 
 
 def is_lab(desc: Description) -> bool:
@@ -166,10 +183,12 @@ def nodes(desc: Description) -> list[SlurmNode]:
         if cls.gpu is None:  # gpu_nodes() only returns GPU nodes
             continue
         leaf = places[node.rack].leaf
+        mig = tuple(sorted((p, n * cls.gpu.count) for p, n in cls.gpu.mig_profiles.items())
+                    ) if is_partitioned(cls.gpu) else ()
         out.append(SlurmNode(
             name, node.addresses["management"], cls.cpus,
             int(cls.memory_gib * 1024 * USABLE_MEMORY), cls.gpu.model, cls.gpu.count,
-            ("onprem", node.class_, cls.gpu.model, leaf), 1, False, leaf))
+            ("onprem", node.class_, cls.gpu.model, leaf), 1, False, leaf, mig))
     for group_name, group in desc.burst_groups.items():
         types = burst_instance_types(group)
         # Any fallback type must satisfy the node definition: declare the smallest.
@@ -212,9 +231,18 @@ def gpu_models(desc: Description) -> list[str]:
     return sorted({n.gpu_model for n in nodes(desc)})
 
 
+def mig_types(desc: Description) -> list[str]:
+    """The MIG profiles some node offers, as GRES types. A type is matched as a substring
+    of the profile NVML reports (nvidia_a100_3g.40gb), so the plain profile name serves
+    every model that has it."""
+    return sorted({p for n in nodes(desc) for p, _ in n.mig})
+
+
 def tres(desc: Description) -> list[str]:
-    """TRES accounting must know before limits can name them (gres/gpu and per model)."""
-    return ["gres/gpu", *(f"gres/gpu:{m}" for m in gpu_models(desc))]
+    """TRES accounting must know before limits can name them (gres/gpu, per model and per
+    MIG profile)."""
+    return ["gres/gpu", *(f"gres/gpu:{m}" for m in gpu_models(desc)),
+            *(f"gres/gpu:{p}" for p in mig_types(desc))]
 
 
 def slurm_conf(desc: Description) -> list[str]:
@@ -269,7 +297,8 @@ def slurm_conf(desc: Description) -> list[str]:
     for n in all_nodes:
         lines.append(_line([
             ("NodeName", n.name), ("NodeAddr", n.addr), ("CPUs", n.cpus),
-            ("RealMemory", n.real_memory_mb), ("Gres", f"gpu:{n.gpu_model}:{n.gpus}"),
+            ("RealMemory", n.real_memory_mb),
+            ("Gres", ",".join(f"gpu:{t}:{c}" for t, c in n.gres)),
             ("Feature", ",".join(n.features)), ("Weight", n.weight),
             ("State", "CLOUD" if n.cloud else "UNKNOWN")]))
     for i, c in enumerate(classes):
@@ -287,17 +316,33 @@ def slurm_conf(desc: Description) -> list[str]:
     return lines
 
 
+def _range(first: int, count: int) -> str:
+    return f"[{first}-{first + count - 1}]" if count > 1 else str(first)
+
+
 def gres_conf(desc: Description) -> list[str]:
     """Real GPU nodes detect their GPUs with NVML; the lab's nodes have no GPUs and name
-    character devices the lab creates as a fixture (/dev/nvidiaN, major 195)."""
+    character devices the lab creates as a fixture (/dev/nvidiaN, major 195).
+
+    MIG nodes: in production NVML detects the instances (their capability device files
+    too), and slurm.conf's typed Gres (gpu:1g.10gb:28) is all Slurm needs, so gres.conf
+    names no file for them. In the lab each instance is a fixture device of its own
+    (MIG_FIXTURE_DEVICE), numbered per node in the order of these lines.
+    """
     lines = [] if is_lab(desc) else ["AutoDetect=nvml"]
-    by_shape: dict[tuple[str, int], list[str]] = defaultdict(list)
+    # Nodes with the same devices share a line; a whole-GPU shape is one (model, count).
+    by_shape: dict[tuple[bool, tuple[tuple[str, int], ...]], list[str]] = defaultdict(list)
     for n in nodes(desc):
-        by_shape[(n.gpu_model, n.gpus)].append(n.name)
-    for (model, count), names in by_shape.items():
-        files = GPU_DEVICE.format(f"[0-{count - 1}]" if count > 1 else "0")
-        lines.append(_line([("NodeName", hostlist(names)), ("Name", "gpu"), ("Type", model),
-                            ("File", files)]))
+        if n.mig and not is_lab(desc):
+            continue
+        by_shape[(bool(n.mig), tuple(n.gres))].append(n.name)
+    for (is_mig, shape), names in by_shape.items():
+        first = 0
+        for gres_type, count in shape:
+            files = (MIG_FIXTURE_DEVICE if is_mig else GPU_DEVICE).format(_range(first, count))
+            lines.append(_line([("NodeName", hostlist(names)), ("Name", "gpu"),
+                                ("Type", gres_type), ("File", files)]))
+            first += count
     return lines
 
 
@@ -343,6 +388,9 @@ def accounting(desc: Description) -> dict[str, Any]:
                          "Description": f"team {team}",
                          "Fairshare": max(1, sum(q.nominal for q in mine))})
         caps = {f"gres/gpu:{q.model}": q.nominal + q.borrowing for q in mine}
+        # A MIG quota caps instances of a profile; each instance counts as one gres/gpu,
+        # so the team's total grows by it. Profiles without one are bounded by the total.
+        caps |= {f"gres/gpu:{p}": n for p, n in sorted(t.mig_quota.items())}
         grp = {"gres/gpu": sum(caps.values()), **caps}
         limits.append({"account": team,
                        "GrpTRES": ",".join(f"{k}={v}" for k, v in grp.items())})
@@ -384,6 +432,15 @@ def fixture_gpu_devices(desc: Description) -> dict[str, int]:
     return {n.name: n.gpus for n in nodes(desc) if not n.cloud}
 
 
+def fixture_mig_devices(desc: Description) -> dict[str, list[str]]:
+    """Lab only: per MIG node, the profile of each fixture MIG device, in device order
+    (device i is MIG_FIXTURE_DEVICE.format(i), Slurm's GRES index i on that node)."""
+    if not is_lab(desc):
+        return {}
+    return {n.name: [p for p, count in n.mig for _ in range(count)]
+            for n in nodes(desc) if n.mig and not n.cloud}
+
+
 def plan(desc: Description) -> dict[str, Any]:
     """Everything the `slurm` role needs, as the Ansible variable `gpupool_slurm`."""
     ctl = controller(desc)
@@ -400,6 +457,8 @@ def plan(desc: Description) -> dict[str, Any]:
         "accounting": accounting(desc),
         "burst": burst_config(desc),
         "fixture_gpu_devices": fixture_gpu_devices(desc),
+        "fixture_mig_devices": fixture_mig_devices(desc),
+        "fixture_mig_major": MIG_FIXTURE_MAJOR,
     }
 
 

@@ -33,6 +33,67 @@ GPU_MODELS: dict[str, GpuModel] = {
 }
 
 
+# -- MIG: each MIG-capable model's GPU instance profiles ----------------------------------
+# Source: NVIDIA Multi-Instance GPU User Guide (docs.nvidia.com/datacenter/tesla/
+# mig-user-guide, "Supported MIG Profiles" and "A100/H100/H200 MIG Profiles"), the same
+# table `nvidia-smi mig -lgip` prints (name, instances free/total, memory) with its
+# placements (`nvidia-smi mig -lgipp`: allowed start slots and size, in memory slices).
+# Left out: the media-extension profiles (+me, +gfx, +me.all), which take a GPU's one set
+# of decoders and whose names would also collide with the plain ones as Slurm GRES types
+# (a type matches every detected MIG profile it is a substring of).
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    name: str  # as nvidia-smi, mig-parted and the device plugin name it: "3g.40gb"
+    compute_slices: int  # GPU slices (GPCs) of the GPU's compute_slices
+    memory_gb: int  # the memory in its name (NVIDIA's rounded GB)
+    max_instances: int  # per GPU, alone
+    size: int  # memory slices it occupies
+    placements: tuple[int, ...]  # memory slices it may start at
+
+
+@dataclass(frozen=True)
+class MigGeometry:
+    """A MIG-capable GPU (model and memory size): its slices and profiles."""
+
+    compute_slices: int  # 7 on A100/H100/H200 (A30: 4)
+    memory_slices: int  # 8 on A100/H100/H200 (A30: 4)
+    profiles: dict[str, MigProfile]
+
+
+def _geometry(gb: tuple[int, int, int, int, int, int]) -> MigGeometry:
+    """The seven-slice, eight-memory-slice layout A100, H100 and H200 share; gb are the
+    memory sizes of 1g, 1g (double memory), 2g, 3g, 4g and 7g, as in the profile names."""
+    one, one_big, two, three, four, seven = gb
+    rows = (
+        ("1g", one, 1, 7, 1, (0, 1, 2, 3, 4, 5, 6)),
+        ("1g", one_big, 1, 4, 2, (0, 2, 4, 6)),
+        ("2g", two, 2, 3, 2, (0, 2, 4)),
+        ("3g", three, 3, 2, 4, (0, 4)),
+        ("4g", four, 4, 1, 4, (0,)),
+        ("7g", seven, 7, 1, 8, (0,)),
+    )
+    profiles = {f"{g}.{mem}gb": MigProfile(f"{g}.{mem}gb", slices, mem, most, size, starts)
+                for g, mem, slices, most, size, starts in rows}
+    return MigGeometry(7, 8, profiles)
+
+
+# (catalog model, memory GiB) -> geometry. H100 80 GB is the SXM5 and PCIe card, 94 GB the
+# H100 NVL; the catalog has no A30 (4 slices: 1g.6gb x4, 2g.12gb x2, 4g.24gb x1).
+MIG_GEOMETRIES: dict[tuple[str, int], MigGeometry] = {
+    ("a100", 40): _geometry((5, 10, 10, 20, 20, 40)),
+    ("a100", 80): _geometry((10, 20, 20, 40, 40, 80)),
+    ("h100", 80): _geometry((10, 20, 20, 40, 40, 80)),
+    ("h100", 94): _geometry((12, 24, 24, 47, 47, 94)),
+    ("h200", 141): _geometry((18, 35, 35, 71, 71, 141)),
+}
+
+
+def mig_geometry(model: str, memory_gib: int) -> MigGeometry | None:
+    return MIG_GEOMETRIES.get((model, memory_gib))
+
+
 @dataclass(frozen=True)
 class InstanceType:
     name: str

@@ -19,6 +19,7 @@ from gpupool.spec import rules
 from gpupool.spec.errors import DescriptionError, Problem
 from gpupool.spec.model import (
     DURATION_RE,
+    MIG_PROFILE_RE,
     MOUNT_OPTION_RE,
     MOUNT_PATH_RE,
     MOUNT_SOURCE_RE,
@@ -44,6 +45,8 @@ _PATTERN_RULES = {
     MOUNT_SOURCE_RE: ("mount-source", "must be server:/export (NFS) or nid@net:/fsname "
                                       "(Lustre)"),
     MOUNT_OPTION_RE: ("mount-option", "must be a mount option such as noatime or vers=4.2"),
+    MIG_PROFILE_RE: ("mig-profile-name", "must be a MIG profile name such as 1g.10gb or "
+                                         "3g.40gb"),
 }
 
 

@@ -93,15 +93,20 @@ class MigStrategy(StrEnum):
     MIXED = "mixed"
 
 
+# A MIG profile as NVIDIA names it (compute slices, memory): "1g.10gb", "7g.141gb". Each
+# is checked against the GPU's profile table (catalog.MIG_GEOMETRIES) by the rules.
+MIG_PROFILE_RE = r"^[1-8]g\.[1-9]\d{0,2}gb$"
+MigProfileName = Annotated[str, StringConstraints(pattern=MIG_PROFILE_RE)]
+
+
 class Gpu(Strict):
     model: str
     count: Annotated[int, Field(ge=1, le=16)]
     memory_gib: Annotated[int, Field(ge=1, le=1024)]
     interconnect: Interconnect = Interconnect.PCIE
     mig_strategy: MigStrategy = MigStrategy.NONE
-    # MIG profile -> instances per GPU, e.g. {"1g.10gb": 7}
-    mig_profiles: dict[Annotated[str, StringConstraints(pattern=r"^\dg\.\d+gb$")],
-                       Annotated[int, Field(ge=1, le=7)]] = {}
+    # MIG profile -> instances on every GPU of the class, e.g. {"1g.10gb": 7}
+    mig_profiles: dict[MigProfileName, Annotated[int, Field(ge=1, le=7)]] = {}
 
 
 class NicType(StrEnum):
@@ -174,6 +179,9 @@ class Team(Strict):
     cost_centre: CostCentre
     quota: Annotated[dict[str, Annotated[int, Field(ge=0)]], Field(min_length=1)]
     borrowing_limit: dict[str, Annotated[int, Field(ge=0)]] = {}
+    # MIG profile -> the most instances of it the team may hold at once (Slurm GrpTRES
+    # gres/gpu:<profile>); only profiles some node class offers.
+    mig_quota: dict[MigProfileName, Annotated[int, Field(ge=0)]] = {}
     members: dict[Role, list[User]] = {}
 
 

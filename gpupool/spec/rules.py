@@ -12,9 +12,11 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from itertools import combinations
 
+from gpupool.spec import mig
 from gpupool.spec.catalog import (
     GPU_MODELS,
     INSTANCE_TYPES,
+    MIG_GEOMETRIES,
     MOUNT_OPTIONS,
     RESERVED_NAMESPACES,
     RESERVED_SLURM_NAMES,
@@ -34,6 +36,7 @@ from gpupool.spec.model import (
     SEGMENT_NAMES,
     Capacity,
     Description,
+    Gpu,
     MigStrategy,
     NodeRole,
     Purpose,
@@ -107,6 +110,57 @@ def node_classes(desc: Description) -> Iterator[Problem]:
         if nc.gpu.mig_strategy is MigStrategy.SINGLE and len(nc.gpu.mig_profiles) > 1:
             yield Problem(f"{path}.mig_profiles", "mig-single-profile",
                           "mig_strategy single allows one profile", dict(nc.gpu.mig_profiles))
+        if model.mig_capable and nc.gpu.mig_profiles:
+            yield from _mig_layout(path, nc.gpu)
+    # The GPU Operator's mig.strategy is one for the cluster: the device plugin names every
+    # node's MIG devices by it, so MIG classes may not differ in it.
+    strategies: dict[MigStrategy, str] = {}
+    for name, nc in desc.node_classes.items():
+        if nc.gpu is None or nc.gpu.mig_strategy is MigStrategy.NONE:
+            continue
+        other = next((c for s, c in strategies.items() if s is not nc.gpu.mig_strategy), None)
+        if other is not None:
+            yield Problem(f"node_classes.{name}.gpu.mig_strategy", "mig-strategy-uniform",
+                          f"class {other} uses another MIG strategy; the GPU Operator's is "
+                          "one for the whole cluster", nc.gpu.mig_strategy.value)
+        strategies.setdefault(nc.gpu.mig_strategy, name)
+
+
+def _mig_layout(path: str, gpu: Gpu) -> Iterator[Problem]:
+    """The declared layout against the GPU's MIG profile table (catalog.MIG_GEOMETRIES)."""
+    geo = mig.geometry(gpu)
+    if geo is None:  # a MIG model in a size gpupool has no table for
+        yield Problem(f"{path}.memory_gib", "mig-profile-table",
+                      f"gpupool knows {gpu.model}'s MIG profiles only for "
+                      f"{sorted(m for g, m in MIG_GEOMETRIES if g == gpu.model)} GiB",
+                      gpu.memory_gib)
+        return
+    layout = dict(gpu.mig_profiles)
+    known = True
+    for name, n in layout.items():
+        profile = geo.profiles.get(name)
+        if profile is None:
+            known = False
+            yield Problem(f"{path}.mig_profiles.{name}", "mig-profile-known",
+                          f"{gpu.model} {gpu.memory_gib} GB has no such MIG profile; it has "
+                          f"{', '.join(geo.profiles)}", name)
+        elif n > profile.max_instances:
+            known = False
+            yield Problem(f"{path}.mig_profiles.{name}", "mig-profile-max-instances",
+                          f"a {gpu.model} {gpu.memory_gib} GB GPU holds at most "
+                          f"{profile.max_instances} {name} instances", n)
+    if not known:
+        return
+    slices = mig.compute_slices(geo, layout)
+    if slices > geo.compute_slices:
+        yield Problem(f"{path}.mig_profiles", "mig-slices-within-gpu",
+                      f"the instances take {slices} compute slices; a {gpu.model} GPU has "
+                      f"{geo.compute_slices}", layout)
+    elif mig.placement(geo, layout) is None:
+        yield Problem(f"{path}.mig_profiles", "mig-placement",
+                      "no arrangement of these instances fits NVIDIA's placement rules (each "
+                      "profile starts only at some memory slices; see nvidia-smi mig "
+                      "-lgipp)", layout)
 
 
 @rule("nodes", "sites", "node_classes", "teams")
@@ -266,6 +320,7 @@ def teams(desc: Description) -> Iterator[Problem]:
         return
     capacity = {m: sum(c.values()) for m, c in gpu_capacity(desc).items()}
     nominal: dict[str, int] = defaultdict(int)
+    offered = mig.mig_capacity(desc)
     for name, team in desc.teams.items():
         path = f"teams.{name}"
         for model, gpus in team.quota.items():
@@ -283,6 +338,15 @@ def teams(desc: Description) -> Iterator[Problem]:
                 yield Problem(f"{path}.borrowing_limit.{model}", "borrowing-within-capacity",
                               f"quota + borrowing exceeds the pool's {capacity[model]} "
                               f"{model} GPUs", gpus)
+        for profile, instances in team.mig_quota.items():
+            if profile not in offered:
+                yield Problem(f"{path}.mig_quota.{profile}", "mig-quota-profile-in-pool",
+                              "no compute node's class offers this MIG profile; offered: "
+                              f"{', '.join(offered) or 'none'}", instances)
+            elif instances > offered[profile]:
+                yield Problem(f"{path}.mig_quota.{profile}", "mig-quota-within-capacity",
+                              f"the pool has {offered[profile]} {profile} instances",
+                              instances)
         for role, users in team.members.items():
             if len(set(users)) != len(users):
                 yield Problem(f"{path}.members.{role.value}", "member-unique",
