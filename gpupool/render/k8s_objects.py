@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupool.render.cloud import LABEL_PREFIX, labels, onprem_sources
-from gpupool.render.node_labels import flavor_labels, flavor_taints
+from gpupool.render.node_labels import LABEL_CAPACITY, ONPREM, flavor_labels, flavor_taints
 from gpupool.render.scheduling import class_policies, preemption_pairs, team_quotas
 from gpupool.spec.catalog import INSTANCE_TYPES
 from gpupool.spec.facts import CAPACITY_TYPES, gpu_capacity, preemption_kueue_expressible
@@ -214,6 +214,7 @@ def team_objects(desc: Description, team: str) -> list[Manifest]:
                     "roleRef": {"apiGroup": RBAC_API, "kind": ref_kind, "name": ref_name},
                     "subjects": [{"kind": "User", "apiGroup": RBAC_API, "name": u}
                                  for u in users]})
+    out.append(job_limits(desc, team))
     out += cluster_queues(desc, team, quotas)
     # One LocalQueue per task class: users name the class, the queue picks the ClusterQueue.
     out += [{"apiVersion": KUEUE_API, "kind": "LocalQueue",
@@ -262,6 +263,12 @@ def _preemption(reclaim: bool) -> dict[str, Any]:
             "borrowWithinCohort": {"policy": "Never"}}
 
 
+def fair_share(desc: Description, team: str) -> int:
+    """A team's weight when competing for idle GPUs: its nominal GPUs, as Slurm's
+    fairshare shares (at least 1: a zero weight never wins in either scheduler)."""
+    return max(1, sum(q.nominal for q in team_quotas(desc) if q.team == team))
+
+
 def cluster_queues(desc: Description, team: str,
                    quotas: dict[str, list[FlavorQuota]]) -> list[Manifest]:
     reclaim = bool(kueue_preemption_pairs(desc))
@@ -274,6 +281,9 @@ def cluster_queues(desc: Description, team: str,
                              "kubernetes.io/metadata.name": team}},
                          "queueingStrategy": "BestEffortFIFO",
                          "preemption": _preemption(may_reclaim),
+                         # Slurm's fairshare shares of the team's account (slurm.accounting):
+                         # only used where Kueue's configuration enables fair sharing.
+                         "fairSharing": {"weight": fair_share(desc, team)},
                          # One group: every model is the same resource name, one flavor each.
                          "resourceGroups": [{"coveredResources": [GPU_RESOURCE],
                                              "flavors": flavors}]}}
@@ -324,9 +334,83 @@ def class_objects(desc: Description) -> list[Manifest]:
     return out
 
 
+# Kueue reads a Job's maximum execution time from this label into its Workload and
+# deactivates (evicts, without requeueing) a Workload admitted for longer
+# (kueue.sigs.k8s.io/docs/concepts/workload/#maximum-execution-time, Kueue v0.10 on, as in
+# the pinned v0.19); no ClusterQueue or LocalQueue field sets one, so the job limits
+# policy below requires the label and caps it at the class's max_runtime.
+MAX_EXEC_LABEL = "kueue.x-k8s.io/max-exec-time-seconds"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+JOB_LIMITS = "gpupool-job-limits"
+ONPREM_ONLY_KEY = "gpupool.on-prem-only"  # a dot: never a class name (DNS labels)
+_SELECTOR = "object.spec.template.spec.nodeSelector"
+
+
+def onprem_only_classes(desc: Description) -> list[str]:
+    """Classes that never run on burst capacity: the top class, as in Slurm, whose
+    partition holds only on-prem nodes (it must start in seconds, not wait for a boot)."""
+    return [class_policies(desc)[0].name] if desc.burst_groups else []
+
+
+def job_limits(desc: Description, team: str) -> Manifest:
+    """The job limits policy's parameters in a team's namespace: per LocalQueue (task
+    class) the longest maximum execution time a Job may ask for, and which classes must
+    select on-prem nodes (Kueue assigns only flavors whose nodeLabels a pod's
+    nodeSelector allows)."""
+    data = {c.name: str(c.max_runtime_s) for c in class_policies(desc)}
+    data[ONPREM_ONLY_KEY] = ",".join(onprem_only_classes(desc))
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": _meta(desc, JOB_LIMITS, team, team), "data": data}
+
+
+def job_limits_policy(desc: Description) -> list[Manifest]:
+    """A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in Kubernetes
+    1.30) over batch Jobs in team namespaces: a Job names its class's LocalQueue, sets
+    the maximum execution time label within the class's max_runtime, and an on-prem-only
+    class selects on-prem nodes. Slurm gives a job without --time its partition's
+    MaxTime; here a Job without the label is refused instead (no mutation in 1.33)."""
+    queue = f"object.metadata.labels['{QUEUE_LABEL}']"
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": _meta(desc, JOB_LIMITS),
+        "spec": {
+            "failurePolicy": "Fail",
+            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": ["batch"], "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["jobs"]}]},
+            "validations": [
+                {"expression": (f"has(object.metadata.labels) && '{QUEUE_LABEL}' in "
+                                f"object.metadata.labels && {queue} in params.data && "
+                                f"{queue} != '{ONPREM_ONLY_KEY}'"),
+                 "message": f"a Job names its task class's LocalQueue ({QUEUE_LABEL})"},
+                {"expression": (f"'{MAX_EXEC_LABEL}' in object.metadata.labels && "
+                                f"int(object.metadata.labels['{MAX_EXEC_LABEL}']) <= "
+                                f"int(params.data[{queue}])"),
+                 "messageExpression": (f"'{MAX_EXEC_LABEL} must be set, at most ' + "
+                                       f"params.data[{queue}]")},
+                {"expression": (f"!({queue} in params.data['{ONPREM_ONLY_KEY}'].split(',')) "
+                                f"|| (has({_SELECTOR}) && '{LABEL_CAPACITY}' in {_SELECTOR}"
+                                f" && {_SELECTOR}['{LABEL_CAPACITY}'] == '{ONPREM}')"),
+                 "message": (f"this class runs on on-prem nodes only: set nodeSelector "
+                             f"{LABEL_CAPACITY}: {ONPREM}")},
+            ]}}
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": _meta(desc, JOB_LIMITS),
+        "spec": {"policyName": JOB_LIMITS, "validationActions": ["Deny"],
+                 # Each namespace's own ConfigMap of that name (job_limits).
+                 "paramRef": {"name": JOB_LIMITS, "parameterNotFoundAction": "Deny"},
+                 "matchResources": {"namespaceSelector": {"matchExpressions": [{
+                     "key": "kubernetes.io/metadata.name", "operator": "In",
+                     "values": list(desc.teams)}]}}}}
+    return [policy, binding]
+
+
 def manifests(desc: Description) -> list[Manifest]:
     """Every object, cluster-scoped first, then per team in description order."""
-    out = class_objects(desc) + resource_flavors(desc)
+    out = class_objects(desc) + resource_flavors(desc) + job_limits_policy(desc)
     for team in desc.teams:
         out += team_objects(desc, team)
     return out
