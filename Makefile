@@ -34,7 +34,7 @@ test: bootstrap lint
 	$(VENV)/pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 lint: bootstrap
-	$(VENV)/ruff check gpupool tests infra policies bench
+	$(VENV)/ruff check gpupool tests infra policies bench inventory_plugins
 	$(VENV)/yamllint -s .
 	$(VENV)/ansible-lint
 
