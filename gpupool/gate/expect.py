@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from gpupool.render.flows import allowed, probe_ports
 from gpupool.spec.catalog import GPU_MODELS
 from gpupool.spec.facts import node_class, rack_places
+from gpupool.spec.mig import is_partitioned
 from gpupool.spec.model import Description, Interconnect, NodeRole
 
 
@@ -19,6 +20,8 @@ class GpuExpect:
     nvswitch: bool
     min_bf16_tflops: float
     min_mem_bw_gbps: float
+    # The class's MIG layout, instances per profile on every GPU; () where MIG is off.
+    mig: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -70,9 +73,10 @@ def _gpu(desc: Description, node: str) -> GpuExpect | None:
     if gpu is None or NodeRole.COMPUTE not in desc.nodes[node].roles:
         return None
     model = GPU_MODELS[gpu.model]
+    layout = tuple(sorted(gpu.mig_profiles.items())) if is_partitioned(gpu) else ()
     return GpuExpect(gpu.model, model.product, gpu.count, gpu.memory_gib,
                      gpu.interconnect is Interconnect.NVSWITCH, model.min_bf16_tflops,
-                     model.min_mem_bw_gbps)
+                     model.min_mem_bw_gbps, layout)
 
 
 def node_expect(desc: Description, node: str) -> NodeExpect:

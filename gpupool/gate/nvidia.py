@@ -115,3 +115,44 @@ def parse_dcgm_diag(text: str) -> dict[str, str]:
             worst = next((v for v in ("Fail", "Warn", "Pass", "Skip") if v in verdicts), "Skip")
             results[test["name"]] = worst
     return results
+
+
+# `nvidia-smi -L`: a "GPU i: name (UUID: ...)" line per GPU, then, on a GPU in MIG mode,
+# one indented "MIG <profile> Device j: (UUID: MIG-...)" line per MIG device.
+_GPU_LINE = re.compile(r"^GPU (\d+): ")
+_MIG_LINE = re.compile(r"^\s+MIG (\d+g\.\d+gb)\s+Device\s+(\d+): \(UUID: (MIG-[^)]+)\)")
+
+
+def parse_mig_list(text: str) -> dict[int, list[tuple[str, str]]]:
+    """`nvidia-smi -L` -> {gpu index: [(MIG profile, MIG device UUID), ...]}; a GPU not in
+    MIG mode maps to []."""
+    out: dict[int, list[tuple[str, str]]] = {}
+    gpu = -1
+    for line in text.splitlines():
+        if m := _GPU_LINE.match(line):
+            gpu = int(m.group(1))
+            out[gpu] = []
+        elif (m := _MIG_LINE.match(line)) and gpu >= 0:
+            out[gpu].append((m.group(1), m.group(3)))
+    return out
+
+
+# `nvidia-smi mig -lgi` table rows: | GPU  Name  Profile-ID  Instance-ID  Start:Size |
+_LGI_ROW = re.compile(r"^\|\s+(\d+)\s+MIG (\d+g\.\d+gb)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s+\|$")
+
+
+def parse_gpu_instances(text: str) -> dict[int, list[tuple[str, int]]]:
+    """`nvidia-smi mig -lgi` -> {gpu index: [(profile, placement start), ...]}."""
+    out: dict[int, list[tuple[str, int]]] = {}
+    for line in text.splitlines():
+        if m := _LGI_ROW.match(line.strip()):
+            out.setdefault(int(m.group(1)), []).append((m.group(2), int(m.group(5))))
+    return out
+
+
+def mig_counts(devices: list[tuple[str, str]] | list[tuple[str, int]]) -> dict[str, int]:
+    """Instances per profile of one GPU, from either parser."""
+    counts: dict[str, int] = {}
+    for profile, _ in devices:
+        counts[profile] = counts.get(profile, 0) + 1
+    return dict(sorted(counts.items()))

@@ -16,7 +16,10 @@ from gpupool.gate.expect import GpuExpect, NodeExpect
 from gpupool.gate.nvidia import (
     QUERY_COMMAND,
     GpuState,
+    mig_counts,
     parse_dcgm_diag,
+    parse_gpu_instances,
+    parse_mig_list,
     parse_nvlink_status,
     parse_query,
     parse_xids,
@@ -178,3 +181,26 @@ def test_burn_in(host, gpus: list[GpuState], gpu_expect: GpuExpect,  # type: ign
     measure(data["gpus"], {"bf16_tflops": f">= {gpu_expect.min_bf16_tflops}",
                            "mem_bw_gbps": f">= {gpu_expect.min_mem_bw_gbps}"},
             len(data["gpus"]) == gpu_expect.count and not slow, f"below floor: {slow}")
+
+
+@pytest.mark.action(Action.RECONFIGURE)
+def test_mig_instances_match_the_layout(host, gpus: list[GpuState],  # type: ignore[no-untyped-def]
+                                        gpu_expect: GpuExpect, measure: Measure) -> None:
+    """Every GPU exposes exactly the class's MIG instances: the MIG devices nvidia-smi -L
+    lists and the GPU instances nvidia-smi mig -lgi lists, per profile (re-apply with the
+    mig role when they differ). Skips where the class declares no MIG layout, and with the
+    `gpus` fixture where there is no GPU."""
+    if not gpu_expect.mig:
+        pytest.skip(f"node class declares no MIG layout ({gpu_expect.model})")
+    want = dict(gpu_expect.mig)
+    listed = host.run("nvidia-smi -L")
+    instances = host.run("nvidia-smi mig -lgi")
+    if listed.rc != 0:
+        pytest.fail(f"nvidia-smi -L failed (exit {listed.rc}): {listed.stderr.strip()[:200]}")
+    devices = {i: mig_counts(d) for i, d in parse_mig_list(listed.stdout).items()}
+    gis = ({i: mig_counts(d) for i, d in parse_gpu_instances(instances.stdout).items()}
+           if instances.rc == 0 else {})
+    wrong = sorted(i for i in devices if devices[i] != want or gis.get(i, {}) != want)
+    ok = not wrong and len(devices) == gpu_expect.count
+    measure(devices, {i: want for i in range(gpu_expect.count)}, ok,
+            f"GPUs {wrong} differ from {want} (MIG devices {devices}, GPU instances {gis})")
