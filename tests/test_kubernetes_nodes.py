@@ -166,3 +166,23 @@ def test_rendered_nftables_carry_the_kubernetes_sets_on_cluster_nodes() -> None:
     assert "6443" not in gpu and "2379" not in gpu
     lab = _firewall("lab", "lab-gpu1")
     assert "kubernetes" not in lab and "10250" not in lab
+
+
+def test_kubelet_role_writes_the_registration_the_flavors_select() -> None:
+    import jinja2  # noqa: PLC0415
+
+    desc = loader.load_stack("example", ROOT)
+    host = inventory.build(desc)["all"]["hosts"]["h100-a1"]["gpupool_node"]
+    env = jinja2.Environment(  # as Ansible's template module: trim_blocks  # noqa: S701
+        loader=jinja2.FileSystemLoader(ROOT / "roles" / "kubernetes_node" / "templates"),
+        trim_blocks=True, undefined=jinja2.StrictUndefined)
+    text = env.get_template("kubelet.j2").render(
+        ansible_managed="test", kubernetes_node_registration=host["kubernetes"],
+        kubernetes_node_ip=host["addresses"]["management"])
+    line = next(x for x in text.splitlines() if x.startswith("KUBELET_EXTRA_ARGS="))
+    assert line == (f'KUBELET_EXTRA_ARGS="--node-ip={host["addresses"]["management"]} '
+                    f'{node_labels.kubelet_args(host["kubernetes"])}"')
+    spot = {"labels": {"a": "b"}, "taints": node_labels.flavor_taints("spot")}
+    text = env.get_template("kubelet.j2").render(
+        ansible_managed="test", kubernetes_node_registration=spot, kubernetes_node_ip="x")
+    assert f'{node_labels.kubelet_args(spot)}"' in text
