@@ -133,16 +133,6 @@ def mutate(data: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
     return data
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every integration test in one xdist group: under `pytest -n 2 --dist loadgroup`
-    (make test) they run in order on one worker, on the one shared lab, while the other
-    worker runs the unit tests beside them."""
-    lab = pytest.mark.xdist_group("lab")
-    for item in items:
-        if item.get_closest_marker("integration"):
-            item.add_marker(lab)
-
-
 @pytest.fixture
 def lab_raw() -> dict[str, Any]:
     return raw_stack("lab")
