@@ -40,13 +40,22 @@ def duration_minutes(value: str) -> int:
     return max(1, -(-duration_seconds(value) // 60))
 
 
+def _canonical(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    # An IPv4-mapped IPv6 address is written with its IPv4 part dotted, as Python 3.13
+    # writes it and 3.11 does not: the same description gives the same text everywhere.
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return f"::ffff:{ip.ipv4_mapped}"
+    return str(ip)
+
+
 def _network(value: str) -> str:
     # strict: a CIDR with host bits set is a typo more often than an intent.
-    return str(ipaddress.ip_network(value, strict=True))
+    net = ipaddress.ip_network(value, strict=True)
+    return f"{_canonical(net.network_address)}/{net.prefixlen}"
 
 
 def _address(value: str) -> str:
-    return str(ipaddress.ip_address(value))
+    return _canonical(ipaddress.ip_address(value))
 
 
 Cidr = Annotated[str, AfterValidator(_network)]
