@@ -3,9 +3,10 @@
 It carries the real NVIDIA driver userspace packages from Debian non-free (downloaded once
 through a private apt configuration, never touching the host's own sources, and cached
 under .cache/) plus FIXTURE packages under the names of NVIDIA-only software that no
-reachable repository serves here (nvidia-container-toolkit, datacenter-gpu-manager). The
-fixtures exist so that repository setup, pinning, holding, services and configuration are
-exercised; they contain no NVIDIA code and nothing about GPU behaviour follows from them.
+reachable repository serves here (nvidia-container-toolkit, datacenter-gpu-manager,
+datacenter-gpu-manager-exporter). The fixtures exist so that repository setup, pinning,
+holding, services and configuration are exercised; they contain no NVIDIA code and
+nothing about GPU behaviour follows from them.
 """
 
 from __future__ import annotations
@@ -103,6 +104,11 @@ def nvidia_debs(desc: Description, base_packages: set[str], report: Callable[[st
     return sorted(cache.glob("*.deb"))
 
 
+# The lab's stand-in for /usr/bin/dcgm-exporter: gpupool/lab/fixture_dcgm_exporter.py, its
+# FIXTURE banner filled in.
+FIXTURE_DCGM_EXPORTER = Path(__file__).with_name("fixture_dcgm_exporter.py")
+
+
 def _fixture_files(desc: Description) -> dict[str, tuple[str, dict[str, str]]]:
     """name -> (Debian version, {path: content}) of each fixture package."""
     banner = f"#!/bin/sh\n# {FIXTURE_MARK}\n"
@@ -119,6 +125,15 @@ def _fixture_files(desc: Description) -> dict[str, tuple[str, dict[str, str]]]:
             "lib/systemd/system/nvidia-dcgm.service":
                 "[Unit]\nDescription=NVIDIA DCGM host engine (" + FIXTURE_MARK + ")\n"
                 "[Service]\nExecStart=/usr/bin/nv-hostengine -n\nRestart=on-failure\n"
+                "[Install]\nWantedBy=multi-user.target\n",
+        }),
+        "datacenter-gpu-manager-exporter": (f"{desc.software.dcgm_exporter}-1", {
+            "usr/bin/dcgm-exporter":
+                FIXTURE_DCGM_EXPORTER.read_text().replace("@FIXTURE_MARK@", FIXTURE_MARK),
+            # As the real package ships one (the dcgm role masks it and runs its own).
+            "lib/systemd/system/nvidia-dcgm-exporter.service":
+                "[Unit]\nDescription=NVIDIA DCGM exporter (" + FIXTURE_MARK + ")\n"
+                "[Service]\nExecStart=/usr/bin/dcgm-exporter\n"
                 "[Install]\nWantedBy=multi-user.target\n",
         }),
     }

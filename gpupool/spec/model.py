@@ -280,6 +280,10 @@ class Software(Strict):
     cuda: Version
     container_toolkit: Version
     dcgm: Version
+    # dcgm-exporter. NVIDIA pairs each exporter release with a DCGM release (container tags
+    # <dcgm>-<exporter>, e.g. 3.3.9-3.6.1 and 4.2.3-4.1.3): lock the exporter built for
+    # `dcgm`. Its Debian/RPM package (datacenter-gpu-manager-exporter) carries this version.
+    dcgm_exporter: Version
     nccl: Version
     gpu_operator: Version
     slurm: Version

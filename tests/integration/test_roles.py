@@ -151,8 +151,9 @@ def test_fixture_toolkit_and_dcgm_pinned_and_held(hosts: dict[str, Any],
     assert h.package("datacenter-gpu-manager").version == f"1:{sw.dcgm}"
     assert mirror.FIXTURE_MARK in h.run(
         "dpkg-query -W -f='${Description}' datacenter-gpu-manager").stdout
-    assert {"nvidia-container-toolkit", "datacenter-gpu-manager"} <= set(
-        h.run("apt-mark showhold").stdout.split())
+    assert h.package("datacenter-gpu-manager-exporter").version == f"{sw.dcgm_exporter}-1"
+    assert {"nvidia-container-toolkit", "datacenter-gpu-manager",
+            "datacenter-gpu-manager-exporter"} <= set(h.run("apt-mark showhold").stdout.split())
     assert 'mode = "auto"' in h.file(
         "/etc/nvidia-container-runtime/config.toml").content_string
 
@@ -162,6 +163,9 @@ def test_dcgm_hostengine_counters_and_health_result(hosts: dict[str, Any]) -> No
     assert h.service("nvidia-dcgm").is_running
     counters = h.file("/etc/dcgm-exporter/counters.csv").content_string
     assert "DCGM_FI_DEV_GPU_UTIL, gauge" in counters
+    # The role's exporter unit runs (the fixture's), the package's own unit is masked.
+    assert h.service("dcgm-exporter").is_running
+    assert h.run("systemctl is-enabled nvidia-dcgm-exporter.service").stdout.strip() == "masked"
     assert h.service("gpupool-dcgm-health.timer").is_enabled
     assert h.run("systemctl start gpupool-dcgm-health.service").rc == 0
     result = json.loads(h.file("/var/lib/gpupool/dcgm-health.json").content_string)

@@ -18,10 +18,12 @@ COMPONENT_PACKAGES = {
     "container_toolkit": {"source": "nvidia-container-toolkit",
                           "primary": {"nvidia-container-toolkit"}},
     "dcgm": {"source": "datacenter-gpu-manager", "primary": {"datacenter-gpu-manager"}},
+    "dcgm_exporter": {"source": "datacenter-gpu-manager-exporter",
+                      "primary": {"datacenter-gpu-manager-exporter"}},
     "slurm": {"source": "slurm-wlm",
               "primary": {"slurmd", "slurmctld", "slurmdbd", "slurm-client"}},
 }
-GPU_ONLY = {"nvidia_driver", "container_toolkit", "dcgm"}
+GPU_ONLY = {"nvidia_driver", "container_toolkit", "dcgm", "dcgm_exporter"}
 
 
 @pytest.fixture(scope="module")
