@@ -55,7 +55,9 @@ def _inventory(lab_desc: Description, host: str, tmp: Path) -> Path:
                             "nvidia_repo_mirror_url": f"file:{labmod.MIRROR_MOUNT}",
                             "nvidia_repo_mirror_key": (labmod.lab_dir(lab_desc) /
                                                        "airgap-key.asc").read_text(),
-                            "nvidia_repo_exclusive": True},
+                            "nvidia_repo_exclusive": True,
+                            # Only loopback here, not the node's management address.
+                            "dcgm_exporter_address": "127.0.0.1"},
                    "children": {"role_compute": {"hosts": {host: None}}}}}
     path = tmp / "airgap-inventory.yml"
     path.write_text(yaml.safe_dump(inv))
@@ -91,7 +93,7 @@ def test_airgapped_install_from_signed_mirror(airgap_host: str, lab_desc: Descri
     assert version.count(lab_desc.software.nvidia_driver + "-") == 2
     held = set(sh("apt-mark showhold").stdout.split())
     assert {"nvidia-smi", "nvidia-persistenced", "nvidia-container-toolkit",
-            "datacenter-gpu-manager"} <= held
+            "datacenter-gpu-manager", "datacenter-gpu-manager-exporter"} <= held
     # The signature is checked: without the key apt refuses the mirror (exit 100).
     unsigned = sh("mkdir -p /tmp/l/partial && mv /etc/apt/keyrings/gpupool-nvidia.asc /tmp/k.asc"
                   " && apt-get update -o Dir::State::Lists=/tmp/l 2>&1; rc=$?;"
