@@ -7,12 +7,15 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gpupool import cli
+from gpupool.render import ansible_yaml, inventory
 from gpupool.spec import loader
-from tests.conftest import ROOT
+from gpupool.spec.errors import DescriptionError
+from tests.conftest import ROOT, raw_stack
 
 VENV_BIN = Path(ROOT / ".venv" / "bin")
 
@@ -22,9 +25,48 @@ def _graph(inv: Path) -> str:
                           check=True, capture_output=True, text=True).stdout
 
 
+def _plain(value: Any) -> Any:
+    """ansible-inventory's JSON with the `!unsafe` wrappers of string values taken off."""
+    if isinstance(value, dict):
+        if set(value) == {"__ansible_unsafe"}:
+            return value["__ansible_unsafe"]
+        return {k: _plain(v) for k, v in value.items()}
+    return [_plain(v) for v in value] if isinstance(value, list) else value
+
+
 def _list(inv: Path) -> dict:
-    return json.loads(subprocess.run([VENV_BIN / "ansible-inventory", "-i", str(inv), "--list"],
-                                     check=True, capture_output=True, text=True).stdout)
+    return _plain(json.loads(subprocess.run(
+        [VENV_BIN / "ansible-inventory", "-i", str(inv), "--list"],
+        check=True, capture_output=True, text=True).stdout))
+
+
+def test_ansible_never_evaluates_a_value_from_the_description(tmp_path: Path) -> None:
+    """Validation refuses template syntax; should a value carry it anyway, the inventory
+    file holds it !unsafe and Ansible renders it as the text it is."""
+    desc = loader.load_stack("lab", ROOT)
+    name = next(iter(desc.nodes))
+    klass, cls = next(iter(desc.task_classes.items()))
+    hostile = "r{{ 7 * 7 }}{% if true %}x{% endif %}"
+    desc.task_classes[klass] = cls.model_copy(update={"description": hostile})
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(ansible_yaml.dump(inventory.build(desc)))
+    out = subprocess.run(
+        [VENV_BIN / "ansible", "-i", str(inv), name, "-c", "local", "-m", "debug",
+         "-a", f"msg={{{{ gpupool_task_classes['{klass}'].description }}}}",
+         "-e", f"ansible_python_interpreter={VENV_BIN / 'python'}"],
+        check=True, capture_output=True, text=True, cwd=tmp_path).stdout
+    assert json.loads(out.split("=>", 1)[1])["msg"] == hostile
+    # The connection variables stay plain strings for the tools that read them (testinfra).
+    assert isinstance(json.loads(subprocess.run(
+        [VENV_BIN / "ansible-inventory", "-i", str(inv), "--host", name], check=True,
+        capture_output=True, text=True).stdout)["ansible_host"], str)
+    raw = raw_stack("lab")
+    klass = next(iter(raw["node_classes"]))
+    raw["node_classes"][klass]["description"] = "a {{ lookup('pipe', 'id') }}"
+    with pytest.raises(DescriptionError) as info:
+        loader.parse(raw)
+    assert [(p.path, p.rule) for p in info.value.problems] == [
+        (f"node_classes.{klass}.description", "template-syntax")]
 
 
 @pytest.mark.parametrize("stack", ["lab", "example"])

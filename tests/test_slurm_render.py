@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpupool.render import slurm
+from gpupool.render import ansible_yaml, slurm
 from gpupool.render.scheduling import class_policies, preemption_pairs, team_quotas
 from gpupool.spec import loader
 from gpupool.spec.facts import gpu_nodes, rack_places
@@ -206,7 +206,6 @@ def test_plan_and_files(desc):
 
 
 def test_cli_render(tmp_path, capsys):
-    import yaml  # noqa: PLC0415
 
     from gpupool import cli  # noqa: PLC0415
 
@@ -214,7 +213,7 @@ def test_cli_render(tmp_path, capsys):
                      "--vars", str(tmp_path / "v.yml")]) == 0
     assert (tmp_path / "o" / "topology.conf").read_text() == slurm.render_files(
         loader.load_stack("lab"))["topology.conf"]
-    plan = yaml.safe_load((tmp_path / "v.yml").read_text())["gpupool_slurm"]
+    plan = ansible_yaml.load((tmp_path / "v.yml").read_text())["gpupool_slurm"]
     assert plan == slurm.plan(loader.load_stack("lab"))
 
 

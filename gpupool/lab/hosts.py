@@ -31,11 +31,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-
 from gpupool.lab import mirror
 from gpupool.paths import PROJECT_ROOT
-from gpupool.render import inventory
+from gpupool.render import ansible_yaml, inventory
 from gpupool.spec.model import Description, FsType
 
 Report = Callable[[str], None]
@@ -450,8 +448,7 @@ def write_inventory(desc: Description, mirror_key: str) -> Path:
         "ansible_python_interpreter": "/usr/bin/python3",
     })
     path = inventory_path(desc)
-    text = "# Written by `gpupool lab up`; regenerated on every run.\n" + yaml.safe_dump(
-        inv, sort_keys=False)
+    text = "# Written by `gpupool lab up`; regenerated on every run.\n" + ansible_yaml.dump(inv)
     if not path.exists() or path.read_text() != text:
         path.write_text(text)
     return path

@@ -262,8 +262,15 @@ def _problem(err: Any) -> Problem:
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
+# Jinja's delimiters: every value reaches Ansible, which would evaluate them (a lookup
+# runs commands on the control host). No value needs them; the files gpupool writes for
+# Ansible also mark every string !unsafe (gpupool.render.ansible_yaml).
+_TEMPLATE = re.compile(r"\{\{|\{%|\{#")
+
+
 def control_characters(data: Any) -> list[Problem]:
-    """A problem for every key or string value holding a control character."""
+    """A problem for every key or string value holding a control character or template
+    syntax."""
     found: list[Problem] = []
     stack: list[tuple[tuple[int | str, ...], Any]] = [((), data)]
     while stack:
@@ -280,6 +287,14 @@ def control_characters(data: Any) -> list[Problem]:
             found.append(Problem(_path(loc) or "(top)", "control-character",
                                  f"contains control character U+{ord(m.group()):04X}; values "
                                  "are single-line text", value))
+        if isinstance(value, str) and _TEMPLATE.search(value):
+            found.append(Problem(_path(loc) or "(top)", "template-syntax",
+                                 "may not contain {{, {% or {# (Ansible would evaluate it)",
+                                 value))
+        if isinstance(value, dict):
+            found += [Problem(_path(loc) or "(top)", "template-syntax",
+                              "keys may not contain {{, {% or {#", k)
+                      for k in value if isinstance(k, str) and _TEMPLATE.search(k)]
     return found
 
 

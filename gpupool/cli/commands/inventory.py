@@ -7,9 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from gpupool.cli.output import EXIT_OK, err, yaml_text
+from gpupool.cli.output import EXIT_OK, err
 from gpupool.cli.registry import command
-from gpupool.render import inventory
+from gpupool.render import ansible_yaml, inventory
 from gpupool.spec.model import Description
 
 
@@ -23,7 +23,7 @@ def cmd_inventory(args: argparse.Namespace, desc: Description) -> int:
     # (inventory_plugins/gpupool.py) builds the same.
     inv = inventory.build(desc, connection=args.connection)
     text = (json.dumps(inv, indent=2, sort_keys=True) + "\n" if args.json
-            else yaml_text(inv))
+            else ansible_yaml.dump(inv))
     if args.output:
         Path(args.output).write_text(text)
         err.print(f"wrote {args.output}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gpupool.cli.output import EXIT_INVALID, EXIT_OK, emit_json, err, yaml_text
 from gpupool.cli.registry import command
-from gpupool.render import slurm
+from gpupool.render import ansible_yaml, slurm
 from gpupool.spec.model import Description
 
 
@@ -27,7 +27,7 @@ def cmd_slurm(args: argparse.Namespace, desc: Description) -> int:
         err.print(f"[bold red]cannot render Slurm policy[/]: {exc}", highlight=False)
         return EXIT_INVALID
     if args.vars:
-        Path(args.vars).write_text(yaml_text({"gpupool_slurm": plan}))
+        Path(args.vars).write_text(ansible_yaml.dump({"gpupool_slurm": plan}))
         err.print(f"wrote {args.vars}")
     if args.json:
         emit_json(plan)
