@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 from pathlib import Path
 
@@ -87,3 +89,18 @@ def test_policy_list_names_every_policy(capsys: pytest.CaptureFixture[str]) -> N
     listed = json.loads(capsys.readouterr().out)
     assert sorted(p["name"] for p in listed) == sorted(POLICIES)
     assert all(p["level"] in ("mandatory", "advisory") and p["description"] for p in listed)
+
+
+def test_every_option_is_documented_with_its_default() -> None:
+    parser = importlib.import_module("gpupool.cli.main").build_parser()
+    verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    undocumented = []
+    for verb, sub in verbs.choices.items():
+        for action in sub._actions:
+            if not action.option_strings or action.help == argparse.SUPPRESS:
+                continue
+            has_default = action.default not in (None, False) and action.nargs != 0
+            if (not action.help or action.help.startswith("(default")
+                    or (has_default and "default" not in action.help)):
+                undocumented.append(f"{verb} {action.option_strings[0]}")
+    assert not undocumented, undocumented

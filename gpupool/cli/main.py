@@ -66,6 +66,16 @@ class _Version(argparse.Action):
         parser.exit(message=f"gpupool {version}\n")
 
 
+def _document_defaults(p: argparse.ArgumentParser) -> None:
+    """Every option with a default says it in its help (a verb's own wording wins)."""
+    for action in p._actions:  # argparse has no public walk of a parser's options
+        if (action.option_strings and action.default not in (None, False, argparse.SUPPRESS)
+                and action.nargs != 0 and "default" not in (action.help or "")):
+            shown = (",".join(map(str, action.default)) if isinstance(action.default, list)
+                     else str(action.default))
+            action.help = f"{action.help or ''} (default: {shown})".lstrip()
+
+
 def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
     registry.load(wanted)
     parser = argparse.ArgumentParser(prog="gpupool", description=__doc__.splitlines()[0])
@@ -82,11 +92,13 @@ def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--debug", action="store_true",
                        help="show the traceback of an internal error")
         setup(p)
+        _document_defaults(p)
     for name, (help_, _, setup) in registry.PLAIN.items():
         p = sub.add_parser(name, help=help_)
         p.add_argument("--debug", action="store_true",
                        help="show the traceback of an internal error")
         setup(p)
+        _document_defaults(p)
     return parser
 
 

@@ -20,7 +20,8 @@ VERDICT_STYLE = {"pass": "green", "fail": "red", "could-not-run": "yellow"}
 
 def _setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("nodes", nargs="*", help="nodes to gate (default: every node)")
-    p.add_argument("--tier", choices=TIERS, default="quick")
+    p.add_argument("--tier", choices=TIERS, default="quick",
+                   help="how deep: quick (minutes), standard, burn-in (hours on real GPUs)")
     p.add_argument("--inventory", type=Path,
                    help="Ansible inventory to reach the nodes (default: the lab's)")
     p.add_argument("--local", action="store_true",

@@ -30,9 +30,11 @@ def _setup(p: argparse.ArgumentParser) -> None:
                    help="offered load while the jobs arrive; above 1 saturates the pool "
                         "(synthetic default 1.6; a trace sample keeps its own pace unless "
                         "given)")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1,
+                   help="random seed of the synthetic trace or the trace sample")
     p.add_argument("--speedup", type=float, default=1.0, help="trace seconds per wall second")
-    p.add_argument("--policies", default=",".join(replay_run.POLICIES))
+    p.add_argument("--policies", default=",".join(replay_run.POLICIES),
+                   help="the policies to replay under, comma-separated")
     p.add_argument("--timeout", type=float, default=900.0,
                    help="seconds to wait for each policy's jobs to finish")
     p.add_argument("--out", type=Path, default=Path(".cache/replay"),
