@@ -6,7 +6,7 @@ import argparse
 
 from rich.table import Table
 
-from gpupool.cli.output import EXIT_OK, emit_json, out
+from gpupool.cli.output import EXIT_OK, emit_json, err, out
 from gpupool.cli.registry import command
 from gpupool.preview import plan
 from gpupool.spec.model import Description
@@ -15,7 +15,8 @@ from gpupool.spec.model import Description
 @command("plan", "run the Pulumi program under mocks; show what it declares")
 def cmd_plan(args: argparse.Namespace, desc: Description) -> int:
     stack = args.stack if not args.file else desc.pool.name
-    result = plan.as_json(plan.declare(desc, stack))
+    with err.status(f"running the Pulumi program for stack {stack} under mocks"):
+        result = plan.as_json(plan.declare(desc, stack))
     if args.json:
         emit_json(result)
         return EXIT_OK

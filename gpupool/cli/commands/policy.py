@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
-from gpupool.cli.output import EXIT_INVALID, EXIT_OK, emit_json, out, table
+from gpupool.cli.output import EXIT_INVALID, EXIT_OK, emit_json, err, out, table
 from gpupool.cli.registry import command
 from gpupool.preview import plan
 from gpupool.spec.model import Description
@@ -51,7 +51,8 @@ def cmd_policy(args: argparse.Namespace, desc: Description) -> int:
         return list_pack(args.json)
     stack = args.stack if not args.file else desc.pool.name
     config = {} if args.file else offline.stack_config(stack, args.project_root)
-    violations = offline.check(plan.declare(desc, stack), desc, config)
+    with err.status(f"running the Pulumi program for stack {stack} and the policy pack"):
+        violations = offline.check(plan.declare(desc, stack), desc, config)
     mandatory = [v for v in violations if v.level == Level.MANDATORY]
     if args.json:
         emit_json({"stack": stack, "passed": not mandatory, "policies": len(POLICIES),
