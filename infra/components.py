@@ -7,6 +7,10 @@ from typing import Any
 import pulumi
 
 from gpupool.spec.model import Description
+from infra import sdk
+
+# Before any component touches pulumi_aws or pulumi_kubernetes: load only what they use.
+sdk.preload()
 
 TYPE_PREFIX = "gpupool:infra"
 
