@@ -16,7 +16,7 @@ from gpupool.spec.model import Description
 def cmd_plan(args: argparse.Namespace, desc: Description) -> int:
     stack = args.stack if not args.file else desc.pool.name
     with err.status(f"running the Pulumi program for stack {stack} under mocks"):
-        result = plan.as_json(plan.declare(desc, stack))
+        result = plan.as_json(plan.declare(desc, stack, last=True))
     if args.json:
         emit_json(result)
         return EXIT_OK
