@@ -34,7 +34,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from gpupool.render import inventory
+from gpupool.render import ansible_yaml, inventory
 from gpupool.spec import loader
 from gpupool.spec.model import Description
 from tests.conftest import ROOT
@@ -62,6 +62,7 @@ FACTS = {"distribution": "Debian", "distribution_release": "bookworm", "os_famil
          "virtualization_type": "podman"}
 
 TEMPLATES = sorted(ROOT.glob("roles/*/templates/*.j2"))
+_LOADER = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
 
 
 # --- a hostile description, validation bypassed -------------------------------------------
@@ -140,16 +141,22 @@ class Render:
     error: str | None
 
 
-def _tasks(role: Path) -> Iterator[dict[str, Any]]:
+# The role files are read once per session (parsing them per template and host took most of
+# the test's time); callers only read what these return.
+@functools.cache
+def _tasks(role: Path) -> tuple[dict[str, Any], ...]:
+    found: list[dict[str, Any]] = []
     for f in sorted((role / "tasks").glob("*.yml")):
-        for t in yaml.safe_load(f.read_text()) or []:
-            yield from [t, *t.get("block", []), *t.get("rescue", []), *t.get("always", [])]
+        for t in yaml.load(f.read_text(), Loader=_LOADER) or []:  # noqa: S506 - a SafeLoader
+            found += [t, *t.get("block", []), *t.get("rescue", []), *t.get("always", [])]
+    return tuple(found)
 
 
 def _module(task: dict[str, Any], name: str) -> Any:
     return task.get(f"ansible.builtin.{name}", task.get(name))
 
 
+@functools.cache
 def _loops(role: Path, template: Path) -> list[tuple[str, Any, dict[str, Any]]]:
     """(src, loop, task vars) of each task of the role rendering this template (a src with
     {{ }} matches any name; render() keeps the items whose src is this template)."""
@@ -164,6 +171,7 @@ def _loops(role: Path, template: Path) -> list[tuple[str, Any, dict[str, Any]]]:
     return found
 
 
+@functools.cache
 def _contexts(role: Path) -> list[tuple[str, dict[str, Any]]]:
     """The plays a role's templates render in: its own, and for a role other roles include
     (nvidia_repo's pin step), each including role's with the include's vars."""
@@ -176,6 +184,7 @@ def _contexts(role: Path) -> list[tuple[str, dict[str, Any]]]:
     return found
 
 
+@functools.cache
 def _role_facts(role: Path) -> dict[str, Any]:
     """What the role's set_fact tasks compute (storage's list of network tiers): as
     templates, evaluated when a template reads them."""
@@ -199,9 +208,9 @@ class Renderer:
         init_plugin_loader()
         workdir.mkdir(parents=True, exist_ok=True)
         path = workdir / "inventory.yml"
-        # As `gpupool inventory -o` writes it (gpupool/cli/commands/inventory.py).
-        from gpupool.cli.output import yaml_text  # noqa: PLC0415
-        path.write_text(yaml_text(inventory.build(desc)))
+        # As `gpupool inventory -o` and `gpupool lab up` write it: strings holding `{` are
+        # tagged !unsafe, so Ansible never evaluates template syntax from the description.
+        path.write_text(ansible_yaml.dump(inventory.build(desc)))
         self.loader = DataLoader()
         self.loader.set_basedir(str(ROOT / "playbooks"))
         self.inventory = InventoryManager(loader=self.loader, sources=[str(path)])
@@ -352,11 +361,7 @@ def pair(request: pytest.FixtureRequest) -> tuple[str, dict[Path, list[Render]],
 
 # Templates that do not yet quote, escape or refuse what they write (issue 14, open): each
 # fails this test today; strict, so fixing one turns its entry into a failure to remove.
-# Every template reading inventory strings also evaluates a Jinja expression a description
-# string holds: the YAML inventory file is trusted by Ansible 2.19 (the inventory plugin's
-# values are not); the fix belongs in the inventory writer (!unsafe strings).
 KNOWN_GAPS = {
-    "dcgm-exporter.service.j2": "management address unquoted in ExecStart; % not doubled",
     "values.yaml.j2": "pool name and cost centre written as bare YAML scalars",
     "nftables.conf.j2": "segment names, addresses written bare; no refusal",
     "prometheus.yml.j2": "management address inside a hand-quoted YAML string",
