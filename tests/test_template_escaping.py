@@ -365,14 +365,11 @@ KNOWN_GAPS = {
     "values.yaml.j2": "pool name and cost centre written as bare YAML scalars",
     "nftables.conf.j2": "segment names, addresses written bare; no refusal",
     "prometheus.yml.j2": "management address inside a hand-quoted YAML string",
-    "defaults.j2": "management address inside ARGS=\"...\" unescaped",
     "config.toml.j2": "hand-quoted TOML string",
     "pin.pref.j2": "software lock versions written bare into apt preferences",
     "gres.conf.j2": "slurm lines from gpupool.render.slurm: names unquoted, newlines pass",
     "slurm.conf.j2": "slurm lines from gpupool.render.slurm: names unquoted, newlines pass",
     "topology.conf.j2": "slurm lines from gpupool.render.slurm: names unquoted, newlines pass",
-    "gpupool-slurm-exporter.service.j2": "management address unquoted in ExecStart",
-    "net.mount.j2": "mount source, path, options unescaped in a systemd unit",
 }
 
 
