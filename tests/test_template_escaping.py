@@ -364,8 +364,6 @@ def pair(request: pytest.FixtureRequest) -> tuple[str, dict[Path, list[Render]],
 KNOWN_GAPS = {
     "values.yaml.j2": "pool name and cost centre written as bare YAML scalars",
     "nftables.conf.j2": "segment names, addresses written bare; no refusal",
-    "prometheus.yml.j2": "management address inside a hand-quoted YAML string",
-    "config.toml.j2": "hand-quoted TOML string",
     "pin.pref.j2": "software lock versions written bare into apt preferences",
     "gres.conf.j2": "slurm lines from gpupool.render.slurm: names unquoted, newlines pass",
     "slurm.conf.j2": "slurm lines from gpupool.render.slurm: names unquoted, newlines pass",
