@@ -362,7 +362,6 @@ def pair(request: pytest.FixtureRequest) -> tuple[str, dict[Path, list[Render]],
 # Templates that do not yet quote, escape or refuse what they write (issue 14, open): each
 # fails this test today; strict, so fixing one turns its entry into a failure to remove.
 KNOWN_GAPS = {
-    "values.yaml.j2": "pool name and cost centre written as bare YAML scalars",
     "nftables.conf.j2": "segment names, addresses written bare; no refusal",
     "pin.pref.j2": "software lock versions written bare into apt preferences",
     "gres.conf.j2": "slurm lines from gpupool.render.slurm: names unquoted, newlines pass",
