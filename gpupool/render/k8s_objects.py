@@ -177,11 +177,15 @@ def network_policies(desc: Description, team: str) -> list[Manifest]:
     return out
 
 
-def team_objects(desc: Description, team: str) -> list[Manifest]:
+def team_objects(desc: Description, team: str,
+                 pool: tuple[dict[str, dict[str, list[FlavorQuota]]], tuple[int, int]]
+                 | None = None) -> list[Manifest]:
+    """pool: flavor_quotas(desc) and per_gpu_share(desc), which look at every team and
+    node, computed once for all teams by manifests() (else here)."""
     t = desc.teams[team]
-    quotas = flavor_quotas(desc)[team]
+    all_quotas, (cpu, mem) = pool or (flavor_quotas(desc), per_gpu_share(desc))
+    quotas = all_quotas[team]
     ceiling = sum(t.quota.values()) + sum(t.borrowing_limit.values())
-    cpu, mem = per_gpu_share(desc)
     max_gpus = max(gpus_per_node(desc, m) for m in t.quota)
     per_model = ",".join(f"{m}={n}+{t.borrowing_limit.get(m, 0)}" for m, n in t.quota.items())
     ns_meta = _meta(desc, team, team)
@@ -266,7 +270,7 @@ def _preemption(reclaim: bool) -> dict[str, Any]:
 def fair_share(desc: Description, team: str) -> int:
     """A team's weight when competing for idle GPUs: its nominal GPUs, as Slurm's
     fairshare shares (at least 1: a zero weight never wins in either scheduler)."""
-    return max(1, sum(q.nominal for q in team_quotas(desc) if q.team == team))
+    return max(1, sum(desc.teams[team].quota.values()))  # its rows of team_quotas(desc)
 
 
 def cluster_queues(desc: Description, team: str,
@@ -411,8 +415,9 @@ def job_limits_policy(desc: Description) -> list[Manifest]:
 def manifests(desc: Description) -> list[Manifest]:
     """Every object, cluster-scoped first, then per team in description order."""
     out = class_objects(desc) + resource_flavors(desc) + job_limits_policy(desc)
+    pool = flavor_quotas(desc), per_gpu_share(desc)
     for team in desc.teams:
-        out += team_objects(desc, team)
+        out += team_objects(desc, team, pool)
     return out
 
 
