@@ -202,8 +202,27 @@ def nodes(desc: Description) -> list[SlurmNode]:
     return out
 
 
+# Slurm's configuration files have one record per line of KEY=VALUE words split at
+# whitespace; `#` starts a comment anywhere, quotes group words, and `=` in a name reads as
+# another key. A value from the description holding any of these (or anything but printable
+# ASCII) is refused, never quoted: validation allows none of them, so benign files stay the
+# same and a value that got past it still cannot add a key, a record or a line.
+_UNSAFE = re.compile(r"""[^\x21-\x7e]|[#="'\\]""")
+_BILLING_QUOTED = f'"{BILLING}"'
+
+
+def _word(value: Any, what: str) -> str:
+    text = str(value)
+    if not text or _UNSAFE.search(text):
+        raise SlurmPolicyError(f"gpupool refuses {what} {text!r} in Slurm's configuration: "
+                               "only printable ASCII without spaces, #, =, quotes or \\")
+    return text
+
+
 def _line(pairs: Iterable[tuple[str, Any]]) -> str:
-    return " ".join(f"{k}={v}" for k, v in pairs if v is not None and v != "")
+    # TRESBillingWeights is the one quoted value, and it is a constant of this module.
+    return " ".join(f"{k}={v if v == _BILLING_QUOTED else _word(v, k)}"
+                    for k, v in pairs if v is not None and v != "")
 
 
 def _check_preemption(desc: Description, classes: list[ClassPolicy]) -> None:
@@ -257,11 +276,11 @@ def slurm_conf(desc: Description) -> list[str]:
     onprem = [n for n in all_nodes if not n.cloud]
     min_mem_per_cpu = min(n.real_memory_mb // n.cpus for n in all_nodes)
     lines = [
-        f"ClusterName={desc.pool.name}",
-        f"SlurmctldHost={ctl}({ctl_addr})",
-        f"AccountingStorageHost={ctl_addr}",
+        f"ClusterName={_word(desc.pool.name, 'ClusterName')}",
+        f"SlurmctldHost={_word(ctl, 'SlurmctldHost')}({_word(ctl_addr, 'SlurmctldHost')})",
+        f"AccountingStorageHost={_word(ctl_addr, 'AccountingStorageHost')}",
         "AccountingStorageType=accounting_storage/slurmdbd",
-        f"AccountingStorageTRES={','.join(tres(desc))}",
+        f"AccountingStorageTRES={_word(','.join(tres(desc)), 'AccountingStorageTRES')}",
         "AccountingStorageEnforce=associations,limits,qos",
         "GresTypes=gpu",
         "SelectType=select/cons_tres",
@@ -292,7 +311,7 @@ def slurm_conf(desc: Description) -> list[str]:
             "TreeWidth=65533",
             "SlurmctldParameters=idle_on_node_suspend,cloud_reg_addrs",
             "PrivateData=cloud",
-            f"SuspendExcNodes={hostlist(n.name for n in onprem)}",
+            f"SuspendExcNodes={_word(hostlist(n.name for n in onprem), 'SuspendExcNodes')}",
         ]
     for n in all_nodes:
         lines.append(_line([
@@ -311,7 +330,7 @@ def slurm_conf(desc: Description) -> list[str]:
             ("DefaultTime", time_limit(c.max_runtime_s)),
             ("PreemptMode", "REQUEUE" if c.preemptible else "OFF"),
             ("GraceTime", c.grace_s if c.preemptible and c.grace_s else None),
-            ("OverSubscribe", "NO"), ("TRESBillingWeights", f'"{BILLING}"'),
+            ("OverSubscribe", "NO"), ("TRESBillingWeights", _BILLING_QUOTED),
             ("State", "UP")]))
     return lines
 
