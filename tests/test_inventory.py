@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -131,6 +132,10 @@ def _firewall(stack: str, node: str) -> str:
     env = jinja2.Environment(  # as Ansible's template module: trim_blocks  # noqa: S701
         loader=jinja2.FileSystemLoader(ROOT / "roles" / "hardening" / "templates"),
         trim_blocks=True, undefined=jinja2.StrictUndefined)
+    # The Ansible test and filters the template's refusals use (issue 14).
+    env.tests["search"] = lambda value, pattern: re.search(pattern, value) is not None
+    env.filters["to_json"] = json.dumps
+    env.filters["mandatory"] = lambda value, msg=None: value
     return env.get_template("nftables.conf.j2").render(
         ansible_managed="test", inventory_hostname=node,
         hardening_inbound=inv["hosts"][node]["gpupool_node"]["inbound"],
