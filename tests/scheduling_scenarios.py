@@ -13,8 +13,9 @@ kueue_outcome() from the rendered Kueue objects by Kueue v0.19's documented admi
 rules (kueue.sigs.k8s.io/docs/concepts/cluster_queue/: nominalQuota and borrowingLimit
 within a cohort, flavorFungibility, preemption reclaimWithinCohort/withinClusterQueue;
 /docs/concepts/resource_flavor/: nodeLabels against a pod's nodeSelector, nodeTaints and
-tolerations). tests/integration/test_scheduling_scenarios_lab.py replays the same table on
-the lab's real Slurm. Jobs take whole nodes (the lab's GPU nodes carry 4 L4 each).
+tolerations). Each scenario is stated so that an integration test can replay it on the
+lab's real Slurm (not in the suite yet). Jobs take whole nodes (the lab's GPU nodes carry
+4 L4 each).
 """
 
 from __future__ import annotations
