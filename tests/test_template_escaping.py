@@ -366,19 +366,8 @@ def pair(request: pytest.FixtureRequest) -> tuple[str, dict[Path, list[Render]],
     return suffix, renders(None), renders(request.param)
 
 
-# Templates that do not yet quote, escape or refuse what they write (issue 14, open): each
-# fails this test today; strict, so fixing one turns its entry into a failure to remove.
-# None open: every template quotes, escapes or refuses (kept for the next gap found).
-KNOWN_GAPS: dict[str, str] = {}
-
-
-def _marks(template: Path) -> Any:
-    reason = KNOWN_GAPS.get(template.name)
-    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-    return pytest.param(template, marks=marks, id=str(template.relative_to(ROOT)))
-
-
-@pytest.mark.parametrize("template", [_marks(t) for t in TEMPLATES])
+@pytest.mark.parametrize("template", [pytest.param(t, id=str(t.relative_to(ROOT)))
+                                      for t in TEMPLATES])
 def test_hostile_values_add_nothing(template: Path, pair: Any) -> None:
     suffix, good, bad = pair
     rendered = [(g, b) for g, b in zip(good[template], bad[template], strict=False)
