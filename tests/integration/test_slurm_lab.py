@@ -27,6 +27,7 @@ import bench.slurm_lab
 from gpupool.lab import hosts as lab_mod
 from gpupool.lab import localaws, slurm_cluster
 from gpupool.onhost import burst
+from gpupool.paths import PROJECT_ROOT
 from gpupool.render import slurm
 from gpupool.spec.facts import controller, rack_places
 from tests.conftest import lab_description
@@ -43,6 +44,8 @@ CLASSES = {c.name: c for c in slurm.class_policies(DESC)}
 TOP, *_, LOW = list(CLASSES)  # interactive ... deferred
 MID = next(c for c in CLASSES if c not in (TOP, LOW))  # training
 GPUS_PER_NODE = next(n.gpus for n in slurm.nodes(DESC))
+ROLE_DEFAULTS = yaml.safe_load((PROJECT_ROOT / "roles/slurm/defaults/main.yml").read_text())
+RUNNERS = [ROLE_DEFAULTS["slurm_prolog_program"], ROLE_DEFAULTS["slurm_epilog_program"]]
 
 # A deferred job that checkpoints on SIGTERM and, when the signal is a preemption
 # (PreemptTime set), hands itself back to the queue: the contract for preemptible work,
@@ -342,6 +345,16 @@ def test_burst_node_resumed_when_full_and_suspended_when_idle(cluster):
                            check=False)
         stack.callback(cluster.sh, "[ -f /run/slurmd.pid ] && kill $(cat /run/slurmd.pid)",
                        check=False)
+        # The burst image is built by the same slurm role as an on-prem node, so it carries
+        # the Prolog=/Epilog= runners slurm.conf names (a missing one drains the node and
+        # requeues the job); the fixture instance gets copies, removed afterwards. Their
+        # part directories stay absent (no DCGM here), which the runners take as no parts.
+        onprem = burst.expand_hostlist(ONPREM)[0]
+        for program in RUNNERS:
+            if cluster.sh(f"[ -e {program} ] || echo absent").strip() == "absent":
+                cluster.write(program, cluster.sh(f"cat {program}", node=onprem).rstrip("\n"))
+                cluster.sh(f"chmod 0755 {program}")
+                stack.callback(cluster.sh, f"rm -f {program}", check=False)
         config = slurm.burst_config(DESC)
         config["endpoint_url"] = stack.enter_context(localaws.endpoint())
         ec2 = burst.client(config, [c.name for c in CLOUD])
@@ -377,7 +390,12 @@ def test_burst_node_resumed_when_full_and_suspended_when_idle(cluster):
         cluster.sh(f"for i in $(seq 0 {GPUS_PER_NODE - 1}); do [ -e /dev/nvidia$i ] || "
                    f"mknod /dev/nvidia$i c 195 $i; done; mkdir -p /var/lib/slurm/slurmd; "
                    f"slurmd -b -N {node}")
-        wait_for("the job on the cloud node", lambda: cluster.state(job) == "COMPLETED", 120)
+        try:
+            wait_for("the job on the cloud node", lambda: cluster.state(job) == "COMPLETED",
+                     120)
+        except lab_mod.LabError as e:
+            raise AssertionError(f"{e}\n{cluster.sh(f'scontrol show node {node}')}\n"
+                                 f"{cluster.sh(f'scontrol show job {job}')}") from e
         cluster.figures["burst_resume_to_job_done_s"] = round(time.monotonic() - t0, 1)
         assert cluster.job(job)["NodeList"] == node
         cluster.cancel_all()
