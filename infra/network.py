@@ -11,6 +11,7 @@ import pulumi_aws as aws
 from gpupool.render import cloud
 from gpupool.spec.model import Description
 from infra.components import Component
+from infra.hybrid import HybridLink, HybridLinkArgs, PrivateEgress, PrivateEgressArgs
 
 # CloudWatch Logs accepts only these retention periods (days).
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096,
@@ -32,11 +33,15 @@ class NetworkSegmentsArgs:
 
 class NetworkSegments(Component):
     """A VPC with one subnet per segment and zone, a security group per segment that
-    admits exactly the declared flows, an S3 gateway endpoint and flow logs."""
+    admits exactly the declared flows, its hybrid link to on-prem and private egress to
+    the AWS APIs (child components), a private route table sending the on-prem segments
+    to the link, an S3 gateway endpoint and flow logs."""
 
     vpc_id: pulumi.Output[str]
     subnet_ids: dict[str, dict[str, pulumi.Output[str]]]
     security_group_ids: dict[str, pulumi.Output[str]]
+    link: HybridLink
+    egress: PrivateEgress
 
     def __init__(self, name: str, args: NetworkSegmentsArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
@@ -50,24 +55,18 @@ class NetworkSegments(Component):
         extra = [aws.ec2.VpcIpv4CidrBlockAssociation(
             f"{name}-cidr-{i}", vpc_id=vpc.id, cidr_block=c, opts=self.child())
             for i, c in enumerate(cidrs[1:], start=1)]
-        routes = aws.ec2.RouteTable(f"{name}-private", vpc_id=vpc.id,
-                                    tags={**tags, "Name": f"{name}-private"},
-                                    opts=self.child())
+        # Every subnet names its route table: the policy pack checks the routes it gets.
+        private = f"{name}-private"
+        subnets: dict[tuple[str, str], aws.ec2.Subnet] = {}
         self.subnet_ids = {}
         for (segment, zone), cidr in cloud.subnets(desc, region).items():
             sname = f"{name}-{segment}-{zone}"
-            subnet = aws.ec2.Subnet(sname, vpc_id=vpc.id, cidr_block=cidr,
-                                    availability_zone=zone, map_public_ip_on_launch=False,
-                                    tags={**tags, "Name": sname, "segment": segment},
-                                    opts=self.child(depends_on=extra))
-            aws.ec2.RouteTableAssociation(sname, subnet_id=subnet.id, route_table_id=routes.id,
-                                          opts=self.child())
-            self.subnet_ids.setdefault(segment, {})[zone] = subnet.id
-        endpoint = aws.ec2.VpcEndpoint(f"{name}-s3", vpc_id=vpc.id,
-                                       service_name=f"com.amazonaws.{region}.s3",
-                                       vpc_endpoint_type="Gateway",
-                                       route_table_ids=[routes.id],
-                                       tags={**tags, "Name": f"{name}-s3"}, opts=self.child())
+            subnets[(segment, zone)] = aws.ec2.Subnet(
+                sname, vpc_id=vpc.id, cidr_block=cidr, availability_zone=zone,
+                map_public_ip_on_launch=False,
+                tags={**tags, "Name": sname, "segment": segment, "route-table": private},
+                opts=self.child(depends_on=extra))
+            self.subnet_ids.setdefault(segment, {})[zone] = subnets[(segment, zone)].id
         groups = {seg: aws.ec2.SecurityGroup(
             f"{name}-{seg}", name=f"{name}-{seg}", vpc_id=vpc.id,
             description=f"gpupool {seg} segment: declared flows only",
@@ -88,7 +87,30 @@ class NetworkSegments(Component):
                        "peer": rule.peer_segment or rule.peer_cidr or ""},
                  **peer, **ports,
                  opts=self.child())
-        # Nodes reach their buckets through the gateway endpoint, nothing else outside.
+        zones = cloud.region_zones(desc, region)
+        self.link = HybridLink(f"{name}-link", HybridLinkArgs(
+            desc, region, vpc.id, [self.subnet_ids["management"][z] for z in zones]),
+            self.child())
+        self.egress = PrivateEgress(f"{name}-egress", PrivateEgressArgs(
+            desc, region, vpc.id, [self.subnet_ids["training"][z] for z in zones],
+            groups["training"].id), self.child())
+        # On-prem segments through the link; the rest (where asked) through the NAT gateway.
+        # Inline routes are the whole table, but the provider leaves the S3 endpoint's
+        # prefix-list route (vpce-) alone.
+        routes = aws.ec2.RouteTable(
+            private, vpc_id=vpc.id,
+            routes=[*({"cidrBlock": c, **self.link.route_target}
+                      for c in cloud.onprem_cidrs(desc)), *self.egress.routes],
+            tags={**tags, "Name": private}, opts=self.child(depends_on=self.link.ready))
+        for (segment, zone), subnet in subnets.items():
+            aws.ec2.RouteTableAssociation(f"{name}-{segment}-{zone}", subnet_id=subnet.id,
+                                          route_table_id=routes.id, opts=self.child())
+        endpoint = aws.ec2.VpcEndpoint(f"{name}-s3", vpc_id=vpc.id,
+                                       service_name=f"com.amazonaws.{region}.s3",
+                                       vpc_endpoint_type="Gateway",
+                                       route_table_ids=[routes.id],
+                                       tags={**tags, "Name": f"{name}-s3"}, opts=self.child())
+        # Nodes reach their buckets through the gateway endpoint.
         aws.vpc.SecurityGroupEgressRule(
             f"{name}-training-eg-s3", security_group_id=groups["training"].id,
             ip_protocol="tcp", from_port=cloud.S3_ENDPOINT_PORT,

@@ -42,6 +42,10 @@ def declare(desc: Description) -> None:
     pulumi.export("buckets", storage.bucket_names)
     if storage.scratch_dns is not None:
         pulumi.export("scratch_dns", storage.scratch_dns)
+    # For the network team: per burst region, the link and the cloud blocks the on-prem
+    # side routes to it (and, for a VPN, the tunnel endpoints and the BGP ASN).
+    pulumi.export("onprem_routes", {r: n.link.onprem_side for r, n in networks.items()})
+    pulumi.export("api_endpoints", {r: n.egress.endpoint_ids for r, n in networks.items()})
     pulumi.export("vpcs", {r: n.vpc_id for r, n in networks.items()})
     pulumi.export("subnets", {r: n.subnet_ids for r, n in networks.items()})
     pulumi.export("security_groups", {r: n.security_group_ids for r, n in networks.items()})

@@ -68,6 +68,10 @@ class _Mocks(pulumi.runtime.Mocks):
         state.setdefault("keyId", f"{args.name}-key-id")
         state.setdefault("prefixListId", f"pl-{args.name}")
         state.setdefault("dnsName", f"{args.name}.fsx.mock")
+        if args.typ == "aws:ec2/vpnConnection:VpnConnection":
+            # The tunnels' outside addresses (RFC 5737 documentation blocks).
+            state.setdefault("tunnel1Address", "192.0.2.1")
+            state.setdefault("tunnel2Address", "192.0.2.2")
         return f"{args.name}-id", state
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict, list]:

@@ -148,6 +148,60 @@ def firewall_rules(desc: Description) -> list[FirewallRule]:
     return sorted(first.values(), key=lambda r: r.key)
 
 
+# AWS APIs a burst node calls (instance identity and tags, the munge key, SSM, its logs),
+# reached from private subnets through interface endpoints; S3 through the gateway one.
+INTERFACE_ENDPOINT_SERVICES = ("ec2", "ssm", "secretsmanager", "sts", "logs")
+ENDPOINTS_SEGMENT = "aws-endpoints"  # segment/peer tag of the interface endpoints' group
+NAT_PEER = "nat"  # peer tag of the one egress rule to the internet, through the NAT gateway
+HTTPS_PORT = 443
+ANYWHERE_V4 = "0.0.0.0/0"
+
+
+def link_kind(desc: Description, region: str) -> str:
+    """vpn | transit_gateway | direct_connect_gateway (validation guarantees exactly one)."""
+    kind = desc.network.hybrid_links[region].kind
+    if kind is None:
+        raise ValueError(f"hybrid link of {region} declares no single kind")
+    return kind
+
+
+def onprem_cidrs(desc: Description) -> list[str]:
+    """On-prem blocks a burst VPC routes to its hybrid link: every segment's on-prem CIDR
+    (the controller's management segment among them) and admin CIDRs outside them."""
+    segs = sorted({s.cidr for s in desc.network.segments.values()})
+    nets = [ipaddress.ip_network(c) for c in segs]
+    admin = [c for c in desc.network.admin_cidrs
+             if not any(ipaddress.ip_network(c).version == n.version
+                        and ipaddress.ip_network(c).subnet_of(n) for n in nets)]
+    return segs + sorted(set(admin))
+
+
+def nat_subnet(desc: Description, region: str) -> tuple[str, str]:
+    """(CIDR, zone) of the NAT gateway's public subnet: the management segment's last
+    cloud block, which no zone uses (validation: nat-needs-spare-block), in the first zone."""
+    zones = region_zones(desc, region)
+    mgmt = desc.network.segments["management"].cloud_cidr
+    if mgmt is None:
+        raise ValueError("the management segment has no cloud CIDR")
+    bits = max(2, math.ceil(math.log2(max(1, len(zones)))))
+    return str(list(ipaddress.ip_network(mgmt).subnets(prefixlen_diff=bits))[-1]), zones[0]
+
+
+def service_rules(desc: Description) -> set[tuple[str, str, str, str, int]]:
+    """(segment, direction, peer, protocol, port) of the security group rules that are not
+    flows: nodes to S3 (gateway endpoint) and to the AWS APIs (interface endpoints or,
+    where a region asks for one, the NAT gateway)."""
+    rules = {("training", "egress", S3_ENDPOINT_PEER, "tcp", S3_ENDPOINT_PORT)}
+    for region in regions(desc):
+        link = desc.network.hybrid_links.get(region)
+        if link is not None and link.egress.value == "nat":
+            rules.add(("training", "egress", ANYWHERE_V4, "tcp", HTTPS_PORT))
+        else:
+            rules |= {("training", "egress", ENDPOINTS_SEGMENT, "tcp", HTTPS_PORT),
+                      (ENDPOINTS_SEGMENT, "ingress", "training", "tcp", HTTPS_PORT)}
+    return rules
+
+
 def bucket_tiers(desc: Description) -> dict[str, StorageTier]:
     return {n: t for n, t in desc.storage_tiers.items() if t.purpose in BUCKET_PURPOSES}
 

@@ -269,10 +269,55 @@ class Flow(Strict):
     description: str = ""
 
 
+# AWS resource ids as AWS writes them: a prefix and 8 or 17 lowercase hex digits. A Direct
+# Connect gateway id is a lowercase UUID.
+TRANSIT_GATEWAY_ID_RE = r"^tgw-([0-9a-f]{8}|[0-9a-f]{17})$"
+DX_GATEWAY_ID_RE = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+# A customer gateway's BGP ASN as EC2 takes it (BgpAsn): 1 to 2^31-1.
+BGP_ASN_MAX = 2_147_483_647
+
+
+class Vpn(Strict):
+    """A site-to-site VPN (two IPsec tunnels, BGP) to the on-prem customer gateway."""
+
+    customer_gateway: Address  # the on-prem device's public IPv4 address
+    bgp_asn: Annotated[int, Field(ge=1, le=BGP_ASN_MAX)]
+
+
+class Egress(StrEnum):
+    """How private subnets reach AWS APIs: interface endpoints (no internet path at all),
+    or a NAT gateway."""
+
+    ENDPOINTS = "endpoints"
+    NAT = "nat"
+
+
+class HybridLink(Strict):
+    """A burst region's path to on-prem: exactly one of a site-to-site VPN, an existing
+    Transit Gateway (attached to the burst VPC) or an existing Direct Connect gateway
+    (associated through a virtual private gateway)."""
+
+    vpn: Vpn | None = None
+    transit_gateway: Annotated[str, StringConstraints(pattern=TRANSIT_GATEWAY_ID_RE)] | None = None
+    direct_connect_gateway: Annotated[str, StringConstraints(
+        pattern=DX_GATEWAY_ID_RE)] | None = None
+    egress: Egress = Egress.ENDPOINTS
+
+    @property
+    def kind(self) -> str | None:
+        kinds = [k for k in LINK_KINDS if getattr(self, k) is not None]
+        return kinds[0] if len(kinds) == 1 else None
+
+
+LINK_KINDS = ("vpn", "transit_gateway", "direct_connect_gateway")
+
+
 class Network(Strict):
     admin_cidrs: Annotated[list[Cidr], Field(min_length=1)]
     segments: Annotated[dict[Name, Segment], Field(min_length=1)]
     flows: list[Flow] = []
+    # burst region -> its hybrid link to on-prem; every region with burst groups has one.
+    hybrid_links: dict[Region, HybridLink] = {}
 
 
 class Software(Strict):

@@ -33,9 +33,11 @@ from gpupool.spec.facts import (
     rack_places,
 )
 from gpupool.spec.model import (
+    LINK_KINDS,
     SEGMENT_NAMES,
     Capacity,
     Description,
+    Egress,
     Gpu,
     MigStrategy,
     NodeRole,
@@ -256,6 +258,63 @@ def network(desc: Description) -> Iterator[Problem]:
         if flow.protocol != "all" and not flow.ports:
             yield Problem(f"{path}.ports", "ports-required",
                           "tcp and udp flows must list their ports", [])
+
+
+# The Amazon side's default ASN (a virtual private gateway's) and AS_TRANS (RFC 6793): a
+# customer gateway speaking either could not peer with AWS.
+RESERVED_BGP_ASNS = {64512: "the Amazon side's ASN of the virtual private gateway",
+                     23456: "AS_TRANS (RFC 6793), not a real AS"}
+
+
+# IPv4 blocks no customer gateway can be reached at over the internet (RFC 6890): this
+# host, private, shared (CGNAT), loopback, link-local, multicast and reserved. The RFC 5737
+# documentation blocks are allowed: descriptions in docs and tests use them.
+NOT_INTERNET = [ipaddress.ip_network(n) for n in (
+    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+    "172.16.0.0/12", "192.168.0.0/16", "224.0.0.0/4", "240.0.0.0/4")]
+
+
+@rule("network", "burst_groups")
+def hybrid_links(desc: Description) -> Iterator[Problem]:
+    links = desc.network.hybrid_links
+    by_region: dict[str, list[str]] = defaultdict(list)
+    for name, g in desc.burst_groups.items():
+        by_region[g.region].append(name)
+    for region, groups in sorted(by_region.items()):
+        if region not in links:
+            yield Problem("network.hybrid_links", "hybrid-link-required",
+                          f"burst region {region} (groups {', '.join(groups)}) has no link to "
+                          f"on-prem, so its nodes could never reach the controller: declare "
+                          f"network.hybrid_links.{region} (vpn, transit_gateway or "
+                          "direct_connect_gateway)", region)
+    for region, link in links.items():
+        path = f"network.hybrid_links.{region}"
+        declared = [k for k in LINK_KINDS if getattr(link, k) is not None]
+        if len(declared) != 1:
+            yield Problem(path, "hybrid-link-one-kind", "declare exactly one of vpn, "
+                          "transit_gateway or direct_connect_gateway", declared)
+        if link.vpn is not None:
+            ip = ipaddress.ip_address(link.vpn.customer_gateway)
+            if ip.version != 4 or any(ip in n for n in NOT_INTERNET):
+                yield Problem(f"{path}.vpn.customer_gateway", "customer-gateway-public",
+                              "a customer gateway is reached over the internet: it needs a "
+                              "public IPv4 address", link.vpn.customer_gateway)
+            if link.vpn.bgp_asn in RESERVED_BGP_ASNS:
+                yield Problem(f"{path}.vpn.bgp_asn", "bgp-asn-not-reserved",
+                              f"ASN is {RESERVED_BGP_ASNS[link.vpn.bgp_asn]}",
+                              link.vpn.bgp_asn)
+        if link.egress is Egress.NAT and region in by_region and spare_block_missing(
+                desc, region):
+            yield Problem(f"{path}.egress", "nat-needs-spare-block",
+                          "the NAT gateway's subnet takes the management segment's spare "
+                          "cloud block, and every block is used by a zone", "nat")
+
+
+def spare_block_missing(desc: Description, region: str) -> bool:
+    """Whether every per-zone block of the cloud CIDRs is taken (see render/cloud.subnets)."""
+    zones = {z for g in desc.burst_groups.values() if g.region == region
+             for z in g.availability_zones}
+    return len(zones) >= 4 and len(zones) & (len(zones) - 1) == 0
 
 
 @rule("burst_groups", "storage_tiers", "task_classes", "teams")
