@@ -7,13 +7,19 @@ import ipaddress
 from collections.abc import Iterator
 
 from gpupool.render import cloud
+from gpupool.spec.facts import controller
 from gpupool.spec.model import Description
-from policies.core import Level, Res, resource_policy, tags_of
+from policies.core import Level, Res, Stack, resource_policy, stack_policy, tags_of
 from policies.types import (
     AWS_EGRESS,
     AWS_INGRESS,
+    AWS_INSTANCE,
+    AWS_LAUNCH_TEMPLATE,
     AWS_LEGACY_RULE,
+    AWS_ROUTE_TABLE,
+    AWS_ROUTE_TABLE_ASSOCIATION,
     AWS_SECURITY_GROUP,
+    AWS_SUBNET,
     K8S_NETPOL,
 )
 
@@ -113,3 +119,72 @@ def management_from_admin(r: Res, desc: Description) -> Iterator[str]:
     if not _within(cidr, blocks):
         yield (f"management port {port} is reachable from {cidr}, outside the admin CIDRs "
                f"{', '.join(desc.network.admin_cidrs)}")
+
+
+# Route fields that send traffic over a hybrid link (a virtual private gateway, for a VPN
+# or Direct Connect, or a Transit Gateway).
+LINK_TARGETS = ("gatewayId", "transitGatewayId")
+
+
+def controller_address(desc: Description) -> tuple[str, str]:
+    """(name, management address) of the Slurm controller, which every burst node reaches."""
+    name = controller(desc)
+    node = desc.nodes[name]
+    address = node.addresses.get("management") or next(iter(node.addresses.values()))
+    return name, address
+
+
+def _routes_to(table: Res, address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    for route in table.props.get("routes") or []:
+        cidr = route.get("cidrBlock")
+        if not cidr or not any(route.get(t) for t in LINK_TARGETS):
+            continue
+        net = ipaddress.ip_network(cidr, strict=False)
+        if net.version == ip.version and ip in net and net.prefixlen > 0:
+            return True
+    return False
+
+
+@stack_policy("network-burst-subnet-routes-to-controller", "network", Level.MANDATORY,
+              "Every burst subnet is associated with a route table that sends the "
+              "controller's on-prem segment over the hybrid link.")
+def burst_subnet_routes(stack: Stack, desc: Description) -> Iterator[tuple[str | None, str]]:
+    name, address = controller_address(desc)
+    tables = {r.name: r for r in stack.of_type(AWS_ROUTE_TABLE)}
+    associated = {r.name for r in stack.of_type(AWS_ROUTE_TABLE_ASSOCIATION)}
+    for subnet in stack.of_type(AWS_SUBNET):
+        tags = tags_of(subnet)
+        if tags.get("segment") not in desc.network.segments:
+            continue  # not a burst subnet (the NAT gateway's public one)
+        where = f"burst subnet {tags.get('Name', subnet.name)}"
+        table = tables.get(tags.get("route-table", ""))
+        if table is None:
+            yield subnet.urn, (f"{where} names no declared route table (route-table tag "
+                               f"{tags.get('route-table')!r})")
+        elif subnet.name not in associated:
+            yield subnet.urn, f"{where} is not associated with its route table {table.name}"
+        elif not _routes_to(table, address):
+            yield subnet.urn, (f"{where} has no route to the controller {name} ({address}) "
+                               f"through the hybrid link: route table {table.name} sends "
+                               "nothing covering it to a gateway")
+
+
+def _public_ip_flags(r: Res) -> Iterator[str]:
+    p = r.props
+    if r.type == AWS_SUBNET and p.get("mapPublicIpOnLaunch") in (True, "true"):
+        yield "maps a public IP to every instance launched in it (mapPublicIpOnLaunch)"
+    elif r.type == AWS_LAUNCH_TEMPLATE:
+        for i, nic in enumerate(p.get("networkInterfaces") or []):
+            if str(nic.get("associatePublicIpAddress")).lower() == "true":
+                yield f"network interface {i} asks for a public IP (associatePublicIpAddress)"
+    elif r.type == AWS_INSTANCE and p.get("associatePublicIpAddress") in (True, "true"):
+        yield "asks for a public IP (associatePublicIpAddress)"
+
+
+@resource_policy("network-no-public-ips", "network", Level.MANDATORY,
+                 "No subnet maps public IPs on launch and no launch template or instance asks "
+                 "for one: nodes are reached over the hybrid link only.",
+                 (AWS_SUBNET, AWS_LAUNCH_TEMPLATE, AWS_INSTANCE))
+def no_public_ips(r: Res, desc: Description) -> Iterator[str]:
+    yield from _public_ip_flags(r)

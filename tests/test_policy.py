@@ -90,6 +90,16 @@ CASES: list[tuple[str, str, Callable[[Stack], Stack], str]] = [
      lambda s: edit(s, ":SecurityGroupIngressRule", _ssh_rule(),
                     _set_ingress("192.168.7.0/24")),
      "management port 22 is reachable from 192.168.7.0/24, outside the admin CIDRs"),
+    ("network-burst-subnet-routes-to-controller", "lab",
+     lambda s: edit(s, ":RouteTable", "lab-eu-west-1-private",
+                    lambda p: p.update(routes=[r for r in p["routes"]
+                                               if r["cidrBlock"] != "10.231.30.0/24"])),
+     "burst subnet lab-eu-west-1-training-eu-west-1a has no route to the controller lab-ctl "
+     "(10.231.30.10) through the hybrid link"),
+    ("network-no-public-ips", "lab",
+     lambda s: edit(s, ":Subnet", "lab-eu-west-1-training-eu-west-1a",
+                    lambda p: p.update(mapPublicIpOnLaunch=True)),
+     "maps a public IP to every instance launched in it"),
     ("compute-imdsv2-required", "lab",
      lambda s: edit(s, ":LaunchTemplate", "lab-l4-burst",
                     lambda p: p["metadataOptions"].update(httpTokens="optional")),
@@ -206,3 +216,51 @@ def test_every_policy_has_a_violation_test() -> None:
     covered = {c[0] for c in CASES} | {"storage-checkpoints-versioned",
                                         "hygiene-no-plain-secrets", "cluster-software-pinned"}
     assert covered == set(POLICIES)
+
+
+def _burst_subnets(stack: Stack) -> list[str]:
+    return [r.name for r in stack.of_type(":Subnet")]
+
+
+@pytest.mark.parametrize("stack", ["lab", "example"])
+def test_every_burst_subnet_routes_the_controller_over_the_link(stack: str) -> None:
+    rec = recorded(stack)
+    assert _burst_subnets(rec)
+    assert messages(violations(rec, stack), "network-burst-subnet-routes-to-controller") == []
+    # Without any on-prem route every subnet is reported, each by name.
+    table = next(r.name for r in rec.of_type(":RouteTable") if r.name.endswith("-private"))
+    found = messages(violations(edit(rec, ":RouteTable", table,
+                                     lambda p: p.update(routes=[])), stack),
+                     "network-burst-subnet-routes-to-controller")
+    assert len(found) == len(_burst_subnets(rec))
+
+
+def test_a_route_without_a_link_target_or_an_unassociated_subnet_is_reported() -> None:
+    rec = recorded("lab")
+
+    def to_nowhere(p: dict[str, Any]) -> None:
+        for r in p["routes"]:
+            r.pop("gatewayId", None)
+
+    found = messages(violations(edit(rec, ":RouteTable", "lab-eu-west-1-private", to_nowhere),
+                                "lab"), "network-burst-subnet-routes-to-controller")
+    assert found and all("has no route to the controller lab-ctl" in m for m in found)
+    found = messages(violations(drop(rec, ":RouteTableAssociation",
+                                     "lab-eu-west-1-management-eu-west-1b"), "lab"),
+                     "network-burst-subnet-routes-to-controller")
+    assert found == ["burst subnet lab-eu-west-1-management-eu-west-1b is not associated with "
+                     "its route table lab-eu-west-1-private"]
+    found = messages(violations(edit(rec, ":Subnet", "lab-eu-west-1-storage-eu-west-1a",
+                                     lambda p: p["tags"].pop("route-table")), "lab"),
+                     "network-burst-subnet-routes-to-controller")
+    assert found == ["burst subnet lab-eu-west-1-storage-eu-west-1a names no declared route "
+                     "table (route-table tag None)"]
+
+
+def test_launch_template_asking_for_a_public_ip_is_reported() -> None:
+    def public(p: dict[str, Any]) -> None:
+        p["networkInterfaces"][0]["associatePublicIpAddress"] = "true"
+
+    found = messages(violations(edit(recorded("lab"), ":LaunchTemplate", "lab-l4-burst",
+                                     public), "lab"), "network-no-public-ips")
+    assert found == ["network interface 0 asks for a public IP (associatePublicIpAddress)"]
