@@ -18,9 +18,10 @@ from gpupool.render.scheduling import class_policies, preemption_pairs, team_quo
 from gpupool.spec import loader
 from gpupool.spec.catalog import INSTANCE_TYPES
 from gpupool.spec.facts import gpu_capacity
-from gpupool.spec.model import Capacity
+from gpupool.spec.model import Capacity, Description
+from policies import offline
 from tests._pulumi import declared, declared_mutated, of_type, one
-from tests.conftest import ROOT
+from tests.conftest import ROOT, mutate, raw_stack
 
 STACKS = ["lab", "example"]
 COMPONENTS = {"NetworkSegments", "HybridLink", "PrivateEgress", "BurstPool", "StorageTiers",
@@ -130,6 +131,155 @@ def test_s3_endpoint_and_flow_logs_per_vpc(stack: str) -> None:
     assert len(gateways) == len(vpcs) == len(of_type(run, ":FlowLog"))
     for ep in gateways:
         assert ep.inputs["serviceName"].endswith(".s3")
+
+
+# --- hybrid link and private egress ------------------------------------------------------
+
+DX_GATEWAY = "5f294f92-bafb-4011-916d-9b0bff7ee1e7"
+LAB_DX = [{"delete": "network.hybrid_links.eu-west-1.vpn"},
+          {"set": "network.hybrid_links.eu-west-1.direct_connect_gateway", "value": DX_GATEWAY}]
+LAB_NAT = [{"set": "network.hybrid_links.eu-west-1.egress", "value": "nat"}]
+
+
+def _link_target(desc: Description, region: str) -> dict[str, str]:
+    """The route fields the program must use for a region's declared link (mock ids)."""
+    link = desc.network.hybrid_links[region]
+    if link.transit_gateway is not None:
+        return {"transitGatewayId": link.transit_gateway}
+    return {"gatewayId": f"{desc.pool.name}-{region}-link-id"}
+
+
+def _check_routes(desc: Description, run: pulumi_mock.Run) -> None:
+    for region in cloud.regions(desc):
+        private = f"{desc.pool.name}-{region}-private"
+        table = one(run, ":RouteTable", private).inputs
+        onprem = [r for r in table["routes"] if r["cidrBlock"] != "0.0.0.0/0"]
+        assert onprem == [{"cidrBlock": c, **_link_target(desc, region)}
+                          for c in cloud.onprem_cidrs(desc)]
+        # The controller's segment and every admin CIDR are among them.
+        nets = [ipaddress.ip_network(r["cidrBlock"]) for r in onprem]
+        for cidr in [desc.network.segments["management"].cidr, *desc.network.admin_cidrs]:
+            assert any(ipaddress.ip_network(cidr).subnet_of(n) for n in nets), cidr
+        burst = [s for s in of_type(run, ":Subnet") if "segment" in s.inputs["tags"]]
+        assert burst
+        for subnet in burst:
+            assert subnet.inputs["tags"]["route-table"] == private
+            assoc = one(run, ":RouteTableAssociation", subnet.name).inputs
+            assert assoc == {"subnetId": f"{subnet.name}-id", "routeTableId": f"{private}-id"}
+
+
+def test_on_prem_segments_route_over_the_declared_link(stack: str) -> None:
+    _check_routes(loader.load_stack(stack, ROOT), declared(stack))
+
+
+def test_vpn_link_to_the_customer_gateway_over_bgp() -> None:
+    desc = loader.load_stack("lab", ROOT)
+    vpn = desc.network.hybrid_links["eu-west-1"].vpn
+    assert vpn is not None
+    run = declared("lab")
+    name = "lab-eu-west-1-link"
+    assert one(run, ":VpnGateway", name).inputs["vpcId"] == "lab-eu-west-1-id"
+    cgw = one(run, ":CustomerGateway", name).inputs
+    assert (cgw["bgpAsn"], cgw["ipAddress"], cgw["type"]) == (
+        str(vpn.bgp_asn), vpn.customer_gateway, "ipsec.1")
+    conn = one(run, ":VpnConnection", name).inputs
+    assert conn["customerGatewayId"] == f"{name}-id"
+    assert conn["vpnGatewayId"] == f"{name}-id"
+    assert conn["staticRoutesOnly"] is False
+    assert of_type(run, ":VpcAttachment") == of_type(run, ":GatewayAssociation") == []
+
+
+def test_transit_gateway_attachment_in_every_zone() -> None:
+    desc = loader.load_stack("example", ROOT)
+    run = declared("example")
+    (att,) = of_type(run, ":VpcAttachment")
+    region = cloud.regions(desc)[0]
+    assert att.inputs["transitGatewayId"] == desc.network.hybrid_links[region].transit_gateway
+    assert att.inputs["subnetIds"] == [f"prod-{region}-management-{z}-id"
+                                       for z in cloud.region_zones(desc, region)]
+    assert of_type(run, ":VpnGateway") == of_type(run, ":CustomerGateway") == []
+
+
+def test_direct_connect_gateway_through_a_virtual_private_gateway() -> None:
+    run = declared_mutated("lab", LAB_DX)
+    desc = loader.parse(mutate(raw_stack("lab"), LAB_DX))
+    (assoc,) = of_type(run, ":GatewayAssociation")
+    assert assoc.inputs == {"dxGatewayId": DX_GATEWAY,
+                            "associatedGatewayId": "lab-eu-west-1-link-id",
+                            "allowedPrefixes": cloud.vpc_cidrs(desc)}
+    assert of_type(run, ":CustomerGateway") == of_type(run, ":VpnConnection") == []
+    _check_routes(desc, run)
+    assert offline.check(run, desc) == []
+    assert run.outputs["onprem_routes"]["eu-west-1"]["direct_connect_gateway"] == DX_GATEWAY
+
+
+def test_private_subnets_reach_aws_apis_through_interface_endpoints(stack: str) -> None:
+    desc = loader.load_stack(stack, ROOT)
+    run = declared(stack)
+    for region in cloud.regions(desc):
+        name = f"{desc.pool.name}-{region}-egress"
+        zones = cloud.region_zones(desc, region)
+        for service in cloud.INTERFACE_ENDPOINT_SERVICES:
+            ep = one(run, ":VpcEndpoint", f"{name}-{service}").inputs
+            assert ep["serviceName"] == f"com.amazonaws.{region}.{service}"
+            assert ep["vpcEndpointType"] == "Interface"
+            assert ep["privateDnsEnabled"] is True
+            assert ep["subnetIds"] == [f"{desc.pool.name}-{region}-training-{z}-id"
+                                       for z in zones]
+            assert ep["securityGroupIds"] == [f"{name}-id"]
+        # The endpoints' group admits HTTPS from the nodes' group and nothing else.
+        ingress = [r.inputs for r in of_type(run, ":SecurityGroupIngressRule")
+                   if r.inputs["securityGroupId"] == f"{name}-id"]
+        assert [(r["referencedSecurityGroupId"], r["ipProtocol"], r["fromPort"], r["toPort"])
+                for r in ingress] == [
+            (f"{desc.pool.name}-{region}-training-id", "tcp", 443, 443)]
+    for kind in (":NatGateway", ":InternetGateway", ":Eip"):
+        assert of_type(run, kind) == [], kind
+    assert all("0.0.0.0/0" not in [r["cidrBlock"] for r in t.inputs["routes"]]
+               for t in of_type(run, ":RouteTable"))
+
+
+def test_nat_gateway_where_the_description_asks_for_one() -> None:
+    run = declared_mutated("lab", LAB_NAT)
+    desc = loader.parse(mutate(raw_stack("lab"), LAB_NAT))
+    name = "lab-eu-west-1-egress"
+    assert [e for e in of_type(run, ":VpcEndpoint")
+            if e.inputs["vpcEndpointType"] == "Interface"] == []
+    nat = one(run, ":NatGateway", name).inputs
+    assert nat["allocationId"] == f"{name}-id" and nat["connectivityType"] == "public"
+    subnet = one(run, ":Subnet", nat["subnetId"].removesuffix("-id")).inputs
+    assert subnet["mapPublicIpOnLaunch"] is False
+    assert subnet["tags"]["purpose"] == "nat"
+    # Its block is the management segment's spare one: inside the VPC, overlapping nothing.
+    net = ipaddress.ip_network(subnet["cidrBlock"])
+    others = [ipaddress.ip_network(s.inputs["cidrBlock"]) for s in of_type(run, ":Subnet")
+              if s.inputs is not subnet]
+    assert net.subnet_of(ipaddress.ip_network(desc.network.segments["management"].cloud_cidr))
+    assert not any(net.overlaps(o) for o in others)
+    public = one(run, ":RouteTable", f"{name}-public").inputs
+    assert public["routes"] == [{"cidrBlock": "0.0.0.0/0", "gatewayId": f"{name}-id"}]
+    private = one(run, ":RouteTable", "lab-eu-west-1-private").inputs
+    assert private["routes"][-1] == {"cidrBlock": "0.0.0.0/0", "natGatewayId": f"{name}-id"}
+    _check_routes(desc, run)
+    egress = one(run, ":SecurityGroupEgressRule", f"{name}-training-eg").inputs
+    assert (egress["cidrIpv4"], egress["fromPort"], egress["toPort"]) == ("0.0.0.0/0", 443, 443)
+    assert offline.check(run, desc) == []
+
+
+def test_onprem_routes_output_for_the_network_team(stack: str) -> None:
+    desc = loader.load_stack(stack, ROOT)
+    out = declared(stack).outputs["onprem_routes"]
+    assert set(out) == set(cloud.regions(desc))
+    for region, side in out.items():
+        assert side["routes"] == cloud.vpc_cidrs(desc)
+        assert side["link"] == cloud.link_kind(desc, region)
+        vpn = desc.network.hybrid_links[region].vpn
+        if vpn is not None:
+            assert side["customer_gateway"] == vpn.customer_gateway
+            assert side["bgp_asn"] == vpn.bgp_asn
+            assert len(side["tunnels"]) == 2
+        else:
+            assert "tunnels" not in side
 
 
 # --- burst pools -----------------------------------------------------------------------
