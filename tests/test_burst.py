@@ -1,13 +1,16 @@
 """The burst resume/suspend programs against a local EC2 (moto server on 127.0.0.1).
 
-EC2 capacity shortages cannot be produced by moto: `capacity_proxy` is a fixture standing
-in for a region that is out of capacity for some instance types; it answers RunInstances
-for those types with EC2's InsufficientInstanceCapacity error and forwards everything
-else to moto.
+moto runs instant EC2 Fleets from a launch template with per-type, per-subnet overrides,
+but it cannot run out of capacity and it ignores a placement group. `capacity_proxy` is a
+fixture in front of it: it records every CreateFleet request (so the tests read the
+placement group, overrides and order the program asked for), and answers a fleet for an
+instance type it was told is short the way EC2 does, with a 200 whose errorSet carries
+the error code and no instance; everything else goes to moto.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import subprocess
 import sys
@@ -17,20 +20,27 @@ import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 
 from gpupool.lab import localaws
 from gpupool.onhost import burst
-from gpupool.render import slurm
+from gpupool.render import cloud, slurm
 from gpupool.spec import loader
 
 REGION = "eu-west-1"
-ICE = ("<?xml version='1.0' encoding='UTF-8'?><Response><Errors><Error>"
-       "<Code>InsufficientInstanceCapacity</Code><Message>We currently do not have "
-       "sufficient {itype} capacity in the Availability Zone you requested.</Message>"
-       "</Error></Errors><RequestID>fixture</RequestID></Response>")
+GROUP = "l4-burst"
+FLEET_ERROR = ("<?xml version='1.0' encoding='UTF-8'?><CreateFleetResponse "
+               "xmlns='http://ec2.amazonaws.com/doc/2016-11-15/'><requestId>fixture"
+               "</requestId><fleetId>fleet-fixture</fleetId><errorSet><item><lifecycle>"
+               "{market}</lifecycle><errorCode>{code}</errorCode><errorMessage>We currently "
+               "do not have sufficient {itype} capacity in the Availability Zone you "
+               "requested.</errorMessage></item></errorSet><fleetInstanceSet/>"
+               "</CreateFleetResponse>")
+ICE = "InsufficientInstanceCapacity"
 
 
 @pytest.fixture(autouse=True)
@@ -46,11 +56,26 @@ def moto_url():
         yield url
 
 
+def overrides(form: dict[str, str]) -> list[dict[str, str]]:
+    """A CreateFleet request's overrides, in order, as flat {field: value} dicts."""
+    out: dict[int, dict[str, str]] = {}
+    prefix = "LaunchTemplateConfigs.1.Overrides."
+    for key, value in form.items():
+        if key.startswith(prefix):
+            index, _, field = key[len(prefix):].partition(".")
+            out.setdefault(int(index), {})[field] = value
+    return [out[i] for i in sorted(out)]
+
+
 class CapacityProxy:
-    """Fixture: EC2 out of capacity for `short` instance types; moto for the rest."""
+    """Fixture: EC2 out of capacity for the instance types in `short` (type -> the error
+    code its fleets report); moto for the rest. Every CreateFleet form lands in `fleets`."""
 
     def __init__(self, upstream: str) -> None:
-        self.upstream, self.short, self.refused = upstream, set(), []
+        self.upstream = upstream
+        self.short: dict[str, str] = {}
+        self.refused: list[tuple[str, str]] = []
+        self.fleets: list[dict[str, str]] = []
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -59,12 +84,16 @@ class CapacityProxy:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                form = urllib.parse.parse_qs(body.decode())
-                itype = form.get("InstanceType", [""])[0]
-                if form.get("Action") == ["RunInstances"] and itype in proxy.short:
-                    proxy.refused.append(itype)
-                    self._reply(500, ICE.format(itype=itype).encode())
-                    return
+                form = {k: v[0] for k, v in urllib.parse.parse_qs(body.decode()).items()}
+                if form.get("Action") == "CreateFleet":
+                    proxy.fleets.append(form)
+                    market = form["TargetCapacitySpecification.DefaultTargetCapacityType"]
+                    itype = overrides(form)[0]["InstanceType"]
+                    if itype in proxy.short:
+                        proxy.refused.append((market, itype))
+                        self._reply(200, FLEET_ERROR.format(
+                            market=market, code=proxy.short[itype], itype=itype).encode())
+                        return
                 req = urllib.request.Request(  # noqa: S310 - loopback moto
                     proxy.upstream + self.path, data=body,
                                              headers=dict(self.headers), method="POST")
@@ -95,7 +124,8 @@ def capacity_proxy(moto_url):
 
 @pytest.fixture(scope="module")
 def launch_templates(moto_url):
-    """The launch templates the Pulumi program declares, as moto holds them."""
+    """The launch templates the Pulumi program declares, as moto holds them; created as
+    tests/integration/test_slurm_lab.py does (image only, no pool network)."""
     ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=moto_url,
                        aws_access_key_id="fixture", aws_secret_access_key="fixture")  # noqa: S106 - moto
     image = ec2.describe_images(MaxResults=5)["Images"][0]["ImageId"]
@@ -105,21 +135,52 @@ def launch_templates(moto_url):
     return ec2
 
 
-@pytest.fixture
-def config(launch_templates, capacity_proxy):
-    """The lab's burst config (from the description), pointed at the local EC2."""
-    cfg = slurm.burst_config(loader.load_stack("lab"))
-    cfg["endpoint_url"] = capacity_proxy.url
-    ec2 = launch_templates
-    yield cfg
+def terminate_all(ec2: Any) -> None:
     live = [i["InstanceId"] for r in ec2.describe_instances()["Reservations"]
             for i in r["Instances"] if i["State"]["Name"] in burst.LIVE_STATES]
     if live:
         ec2.terminate_instances(InstanceIds=live)
 
 
+@pytest.fixture
+def config(launch_templates, capacity_proxy):
+    """The lab's burst config (from the description), pointed at the local EC2."""
+    cfg = slurm.burst_config(loader.load_stack("lab"))
+    cfg["endpoint_url"] = capacity_proxy.url
+    yield cfg
+    terminate_all(launch_templates)
+
+
+@pytest.fixture
+def pool_subnets(launch_templates):
+    """The network the Pulumi program declares for the lab's burst region: the pool's
+    training subnets per zone (tagged as infra/network.py tags them), plus a storage
+    subnet and another pool's training subnet that must never be chosen."""
+    ec2 = launch_templates
+    vpc = ec2.create_vpc(CidrBlock="10.232.0.0/16")["Vpc"]["VpcId"]
+    made = {}
+    for cidr, zone, pool, segment in [("10.232.8.0/22", "eu-west-1a", "other", "training"),
+                                      ("10.232.0.0/22", "eu-west-1a", "lab", "training"),
+                                      ("10.232.4.0/22", "eu-west-1b", "lab", "training"),
+                                      ("10.232.16.0/22", "eu-west-1a", "lab", "storage")]:
+        sid = ec2.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone=zone,
+                                TagSpecifications=[{"ResourceType": "subnet", "Tags": [
+                                    {"Key": "pool", "Value": pool},
+                                    {"Key": "segment", "Value": segment}]}])["Subnet"]["SubnetId"]
+        made[(pool, segment, zone)] = (sid, cidr)
+    yield made
+    terminate_all(ec2)
+    for sid, _ in made.values():
+        ec2.delete_subnet(SubnetId=sid)
+    ec2.delete_vpc(VpcId=vpc)
+
+
 def ec2_of(cfg):
-    return burst.client(cfg, cfg["groups"]["l4-burst"]["nodes"])
+    return burst.client(cfg, cfg["groups"][GROUP]["nodes"])
+
+
+def quiet(*_args: object) -> None:
+    """An update/release callback that ignores what it is told."""
 
 
 def test_expand_hostlist():
@@ -132,19 +193,52 @@ def test_expand_hostlist():
 
 def test_config_comes_from_the_description():
     desc = loader.load_stack("lab")
-    group = slurm.burst_config(desc)["groups"]["l4-burst"]
-    assert group["instance_types"] == desc.burst_groups["l4-burst"].instance_types
-    assert group["region"] == desc.burst_groups["l4-burst"].region
+    config = slurm.burst_config(desc)
+    group = config["groups"][GROUP]
+    assert config["pool"] == desc.pool.name == group["tags"]["pool"]
+    assert group["instance_types"] == desc.burst_groups[GROUP].instance_types
+    assert group["region"] == desc.burst_groups[GROUP].region
     assert group["nodes"] == ["l4-burst-0", "l4-burst-1"]
+    assert group["zones"] == desc.burst_groups[GROUP].availability_zones
+    assert group["subnet_segment"] == "training"
+    assert group["placement_group"] is None  # no EFA declared
+    assert group["capacity_blackout_s"] == slurm.BURST_CAPACITY_BLACKOUT_S
+    burst.check_group(GROUP, group)
+    # EFA: the placement group the Pulumi program names after the group, in one zone.
+    example = loader.load_stack("example")
+    for name, g in slurm.burst_config(example)["groups"].items():
+        declared = example.burst_groups[name]
+        assert g["placement_group"] == (cloud.burst_name(example, name) if declared.efa
+                                        else None)
+        assert g["zones"] == (declared.availability_zones[:1] if declared.efa
+                              else declared.availability_zones)
+        burst.check_group(name, g)
 
 
-def test_resume_launches_from_the_template_and_registers(config):
+def test_as_the_lab_proof_calls_it(launch_templates, moto_url):
+    """tests/integration/test_slurm_lab.py's calls, unchanged, on a moto with the
+    templates and no pool network."""
+    config = slurm.burst_config(loader.load_stack("lab"))
+    config["endpoint_url"] = moto_url
+    cloud_nodes = [n for g in config["groups"].values() for n in g["nodes"]]
+    ec2 = burst.client(config, cloud_nodes)
+    node = burst.expand_hostlist("l4-burst-[0-1]")[1]
+    _, group = burst.group_of(config, node)
+    calls = []
+    launched = burst.resume(ec2, config, [node], update=lambda *a: calls.append(a))
+    assert [g.instance_type for g in launched] == group["instance_types"][:1]
+    assert calls[0][0] == f"nodename={node}" and calls[0][1].startswith("nodeaddr=")
+    assert burst.suspend(ec2, [node])
+    assert burst.live_instances(ec2, [node]) == {}
+
+
+def test_resume_launches_a_fleet_from_the_template_and_registers(config, capacity_proxy):
     calls = []
     ec2 = ec2_of(config)
     got = burst.resume(ec2, config, ["l4-burst-0", "l4-burst-1"],
                        update=lambda *a: calls.append(a))
     assert [g.node for g in got] == ["l4-burst-0", "l4-burst-1"]
-    group = config["groups"]["l4-burst"]
+    group = config["groups"][GROUP]
     # First choice: the first declared market and instance type.
     assert {(g.market, g.instance_type) for g in got} == {
         (group["capacity"][0], group["instance_types"][0])}
@@ -154,10 +248,49 @@ def test_resume_launches_from_the_template_and_registers(config):
         tags = {t["Key"]: t["Value"] for t in inst["Tags"]}
         assert tags[burst.NODE_TAG] == g.node
         assert tags["pool"] == "lab"
+        assert tags["burst-group"] == GROUP
+        assert tags["team"] == "shared"
         assert tags["cost-centre"] == "cc-lab"
         assert inst["InstanceType"] == g.instance_type
         assert (f"nodename={g.node}", f"nodeaddr={inst['PrivateIpAddress']}",
                 f"nodehostname={g.node}") in calls
+    # What was asked: one instant fleet of one instance per node, through the template;
+    # no pool subnet in this moto, so one override per declared zone, in order.
+    fleet = capacity_proxy.fleets[0]
+    assert fleet["Type"] == "instant"
+    assert fleet["LaunchTemplateConfigs.1.LaunchTemplateSpecification.LaunchTemplateName"] == (
+        group["launch_template"])
+    assert fleet["TargetCapacitySpecification.TotalTargetCapacity"] == "1"
+    assert [(o["InstanceType"], o["AvailabilityZone"]) for o in overrides(fleet)] == [
+        (group["instance_types"][0], z) for z in group["zones"]]
+    assert not any("Placement" in k for k in fleet)
+
+
+def test_launches_into_the_pool_subnets(config, capacity_proxy, pool_subnets):
+    got = burst.resume(ec2_of(config), config, ["l4-burst-0"], update=quiet)
+    want = [pool_subnets[("lab", "training", z)][0]
+            for z in config["groups"][GROUP]["zones"]]
+    assert [o["SubnetId"] for o in overrides(capacity_proxy.fleets[0])] == want
+    inst = burst.live_instances(ec2_of(config), ["l4-burst-0"])["l4-burst-0"][0]
+    assert inst["SubnetId"] in want
+    cidr = next(c for s, c in pool_subnets.values() if s == inst["SubnetId"])
+    assert ipaddress.ip_address(got[0].address) in ipaddress.ip_network(cidr)
+
+
+def test_no_pool_subnet_on_aws_is_an_error(config):
+    """On AWS (no endpoint override) a missing network never launches by zone alone."""
+    ec2 = ec2_of(config)
+    with pytest.raises(burst.LaunchError, match="no subnet tagged pool=lab segment=training"):
+        burst.placements(ec2, {**config, "endpoint_url": ""}, config["groups"][GROUP])
+
+
+def test_efa_groups_launch_into_their_placement_group(config, capacity_proxy):
+    # moto ignores a placement group (notes/burst-lab.md): read the request instead.
+    group = config["groups"][GROUP]
+    group["placement_group"] = "lab-l4-burst"
+    burst.resume(ec2_of(config), config, ["l4-burst-0"], update=quiet)
+    assert [o["Placement.GroupName"] for o in overrides(capacity_proxy.fleets[0])] == [
+        "lab-l4-burst"] * len(group["zones"])
 
 
 def test_the_on_demand_base_starts_on_demand(config):
@@ -168,9 +301,9 @@ def test_the_on_demand_base_starts_on_demand(config):
     assert burst.markets(h100, first) == ["on-demand", "spot"]
     assert {tuple(burst.markets(h100, n)) for n in rest} == {("spot", "on-demand")}
     # On the local EC2: a base of one in the lab group launches its first node on-demand.
-    config["groups"]["l4-burst"]["on_demand_nodes"] = 1
+    config["groups"][GROUP]["on_demand_nodes"] = 1
     ec2 = ec2_of(config)
-    got = burst.resume(ec2, config, ["l4-burst-0", "l4-burst-1"], update=lambda *a: None)
+    got = burst.resume(ec2, config, ["l4-burst-0", "l4-burst-1"], update=quiet)
     assert [(g.node, g.market) for g in got] == [("l4-burst-0", "on-demand"),
                                                  ("l4-burst-1", "spot")]
     live = burst.live_instances(ec2, ["l4-burst-0", "l4-burst-1"])
@@ -180,58 +313,115 @@ def test_the_on_demand_base_starts_on_demand(config):
 
 def test_resume_is_idempotent(config):
     ec2 = ec2_of(config)
-    first = burst.resume(ec2, config, ["l4-burst-0"], update=lambda *a: None)
-    again = burst.resume(ec2, config, ["l4-burst-0"], update=lambda *a: None)
+    first = burst.resume(ec2, config, ["l4-burst-0"], update=quiet)
+    again = burst.resume(ec2, config, ["l4-burst-0"], update=quiet)
     assert len(first) == 1
     assert again == []
     assert len(burst.live_instances(ec2, ["l4-burst-0"])["l4-burst-0"]) == 1
 
 
 def test_falls_back_along_instance_types(config, capacity_proxy):
-    group = config["groups"]["l4-burst"]
+    group = config["groups"][GROUP]
     first, second = group["instance_types"]
-    capacity_proxy.short = {first}
-    got = burst.resume(ec2_of(config), config, ["l4-burst-1"], update=lambda *a: None)
+    capacity_proxy.short = {first: ICE}
+    got = burst.resume(ec2_of(config), config, ["l4-burst-1"], update=quiet)
     assert [(g.node, g.instance_type, g.market) for g in got] == [
         ("l4-burst-1", second, group["capacity"][0])]
-    assert first in capacity_proxy.refused
+    assert capacity_proxy.refused == [(group["capacity"][0], first)]
     inst = burst.live_instances(ec2_of(config), ["l4-burst-1"])["l4-burst-1"][0]
     assert inst["InstanceType"] == second
 
 
-def test_no_capacity_anywhere_marks_the_node_down(config, capacity_proxy):
-    group = config["groups"]["l4-burst"]
-    capacity_proxy.short = set(group["instance_types"])
-    calls = []
+def test_no_capacity_anywhere_marks_the_node_down_for_a_blackout(config, capacity_proxy):
+    group = config["groups"][GROUP]
+    capacity_proxy.short = dict.fromkeys(group["instance_types"], ICE)
+    calls, released = [], []
     got = burst.resume(ec2_of(config), config, ["l4-burst-0"],
-                       update=lambda *a: calls.append(a))
+                       update=lambda *a: calls.append(a),
+                       release=lambda *a: released.append(a))
     assert got == []
-    # Every market x type was tried before giving up.
-    assert set(capacity_proxy.refused) == set(group["instance_types"])
-    assert calls and calls[0][:2] == ("nodename=l4-burst-0", "state=down")
-    assert "no capacity" in calls[0][2]
+    # Every market x type, in the declared order, was tried before giving up.
+    assert capacity_proxy.refused == [(m, t) for m in group["capacity"]
+                                      for t in group["instance_types"]]
+    assert len(calls) == 1 and calls[0][:2] == ("nodename=l4-burst-0", "state=down")
+    assert calls[0][2].startswith("reason=gpupool-burst: no capacity (4 tried) until ")
+    assert released == [("l4-burst-0", group["capacity_blackout_s"])]
     assert burst.live_instances(ec2_of(config), ["l4-burst-0"]) == {}
 
 
-def test_other_errors_are_not_swallowed(config):
-    config["groups"]["l4-burst"]["launch_template"] = "no-such-template"
-    with pytest.raises(burst.ClientError):
-        burst.resume(ec2_of(config), config, ["l4-burst-0"], update=lambda *a: None)
+def test_the_blackout_ends_by_a_transient_timer(monkeypatch):
+    ran = []
+    monkeypatch.setattr(burst.subprocess, "run", lambda argv, **kw: ran.append((argv, kw))
+                        or subprocess.CompletedProcess(argv, 0, "", ""))
+    burst.release_later("l4-burst-0", 600)
+    burst.scontrol("nodename=l4-burst-0", "state=down", "reason=a b")
+    (timer, timer_kw), (update, update_kw) = ran
+    assert timer == ["systemd-run", "--unit=gpupool-burst-release-l4-burst-0",
+                     "--on-active=600s", "--timer-property=AccuracySec=1s", "--collect",
+                     "--quiet", "--", "scontrol", "update", "nodename=l4-burst-0",
+                     "state=resume"]
+    assert update == ["scontrol", "update", "nodename=l4-burst-0", "state=down", "reason=a b"]
+    assert timer_kw["timeout"] == update_kw["timeout"] == burst.COMMAND_TIMEOUT_S
+    with pytest.raises(ValueError, match="node"):
+        burst.release_later("x;reboot", 600)
 
 
-def test_suspend_terminates_only_the_named_nodes(config):
+def test_other_errors_are_not_swallowed(config, capacity_proxy):
+    config["groups"][GROUP]["launch_template"] = "no-such-template"
+    with pytest.raises(ClientError):
+        burst.resume(ec2_of(config), config, ["l4-burst-0"], update=quiet)
+    # A fleet that reports a fault other than capacity stops the fallback at once.
+    config["groups"][GROUP]["launch_template"] = "lab-l4-burst"
+    first = config["groups"][GROUP]["instance_types"][0]
+    capacity_proxy.short = {first: "InvalidParameterValue"}
+    with pytest.raises(burst.LaunchError, match="InvalidParameterValue"):
+        burst.resume(ec2_of(config), config, ["l4-burst-0"], update=quiet)
+    assert len(capacity_proxy.refused) == 1
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("launch_template", "lab l4; rm -rf /"),
+    ("instance_types", ["g6.12xlarge --dry-run"]),
+    ("zones", ["eu-west-1a\n"]),
+    ("capacity", ["spot", "reserved"]),
+    ("placement_group", "pg$(id)"),
+    ("subnet_segment", "training,storage"),
+    ("tags", {"pool": "lab\nteam=x"}),
+    ("tags", {"aws:cloudformation": "x"}),
+    ("capacity_blackout_s", 0),
+    ("capacity_blackout_s", 10**9),
+    ("nodes", ["l4-burst-0", "-x"]),
+])
+def test_config_values_are_constrained(field, value):
+    config = slurm.burst_config(loader.load_stack("lab"))
+    config["groups"][GROUP][field] = value
+    with pytest.raises(ValueError, match=field):
+        burst.group_of(config, "l4-burst-0")
+
+
+def test_suspend_terminates_only_this_pools_named_nodes(config, launch_templates):
     ec2 = ec2_of(config)
-    burst.resume(ec2, config, ["l4-burst-0", "l4-burst-1"], update=lambda *a: None)
+    burst.resume(ec2, config, ["l4-burst-0", "l4-burst-1"], update=quiet)
+    # Another pool in the same account with a node of the same name.
+    image = launch_templates.describe_images(MaxResults=1)["Images"][0]["ImageId"]
+    other = launch_templates.run_instances(
+        ImageId=image, MinCount=1, MaxCount=1, TagSpecifications=[{
+            "ResourceType": "instance", "Tags": [{"Key": "pool", "Value": "other"},
+                                                 {"Key": burst.NODE_TAG,
+                                                  "Value": "l4-burst-1"}]}],
+    )["Instances"][0]["InstanceId"]
     ids = burst.suspend(ec2, ["l4-burst-1"])
-    assert len(ids) == 1
+    assert len(ids) == 1 and other not in ids
     live = burst.live_instances(ec2, ["l4-burst-0", "l4-burst-1"])
     assert set(live) == {"l4-burst-0"}
+    state = launch_templates.describe_instances(InstanceIds=[other])
+    assert state["Reservations"][0]["Instances"][0]["State"]["Name"] in burst.LIVE_STATES
 
 
 def test_program_as_slurmctld_runs_it(config, tmp_path: Path):
     """The file the role installs, run like SuspendProgram with a hostlist argument."""
     ec2 = ec2_of(config)
-    burst.resume(ec2, config, ["l4-burst-0", "l4-burst-1"], update=lambda *a: None)
+    burst.resume(ec2, config, ["l4-burst-0", "l4-burst-1"], update=quiet)
     cfg = tmp_path / "burst.json"
     cfg.write_text(json.dumps(config))
     env = {"AWS_ACCESS_KEY_ID": "fixture", "AWS_SECRET_ACCESS_KEY": "fixture",
@@ -241,3 +431,33 @@ def test_program_as_slurmctld_runs_it(config, tmp_path: Path):
                          timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert burst.live_instances(ec2, ["l4-burst-0", "l4-burst-1"]) == {}
+    # A hostlist naming something that is no node name is refused before any call.
+    bad = subprocess.run([sys.executable, burst.__file__, "suspend", "l4-burst-0,a b",
+                          "--config", str(cfg)], env=env, capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert bad.returncode != 0 and "node='a b'" in bad.stderr
+
+
+class NotYetKnown:
+    """Stands in for EC2 answering a new instance id with NotFound for a few reads."""
+
+    def __init__(self, misses: int) -> None:
+        self.misses, self.calls = misses, 0
+
+    def describe_instances(self, InstanceIds: list[str]) -> dict[str, Any]:
+        self.calls += 1
+        if self.calls <= self.misses:
+            raise ClientError({"Error": {"Code": "InvalidInstanceID.NotFound",
+                                         "Message": "not yet"}}, "DescribeInstances")
+        return {"Reservations": [{"Instances": [{"InstanceId": InstanceIds[0],
+                                                 "PrivateIpAddress": "10.232.0.9"}]}]}
+
+
+def test_a_new_instance_is_read_again_a_bounded_number_of_times(monkeypatch):
+    monkeypatch.setattr(burst.time, "sleep", quiet)
+    ec2 = NotYetKnown(misses=burst.DESCRIBE_TRIES - 1)
+    assert burst.address(burst.PoolEC2(ec2, "lab"), "i-1") == "10.232.0.9"
+    never = NotYetKnown(misses=burst.DESCRIBE_TRIES)
+    with pytest.raises(ClientError):
+        burst.address(burst.PoolEC2(never, "lab"), "i-1")
+    assert never.calls == burst.DESCRIBE_TRIES

@@ -1,15 +1,34 @@
 """Slurm ResumeProgram / SuspendProgram for the pool's burst groups.
 
 slurmctld runs `burst.py resume HOSTLIST` when jobs need powered-down cloud nodes and
-`burst.py suspend HOSTLIST` when they have idled for SuspendTime. Resume launches one
-instance per node from the group's launch template (declared by the Pulumi program),
-trying the capacity types and then the instance types in their declared order, so a type
-that is out of capacity falls back to the next; it tags each instance with its Slurm node
-name and tells slurmctld the node's address. Suspend terminates the node's instances.
+`burst.py suspend HOSTLIST` when they have idled for SuspendTime.
+
+Resume launches one instance per node with an EC2 Fleet of type `instant` through the
+group's launch template (declared by the Pulumi program, infra/burst.py). Each fleet asks
+for one instance of one instance type in one market (spot or on-demand), with one
+override per subnet of the group (the pool's subnets of the group's segment, in the
+group's zones) and the group's cluster placement group when it declares EFA. The program
+walks the markets (see markets) and, within each, the instance types in their declared
+order: a fleet that reports no capacity falls back to the next pair. One fleet per pair,
+rather than one fleet with every type at a priority, because spot allocation strategies
+only honour priorities on a best-effort basis, and the declared order is the contract.
+The instance is tagged with the pool, group, team (the group's tags) and its Slurm node
+name, and slurmctld is told its address (`scontrol update NodeAddr`).
+
+When every pair is out of capacity the node is marked DOWN with a reason, so slurmctld
+requeues its jobs onto other nodes at once instead of waiting out ResumeTimeout and asking
+for the same node again; a transient systemd timer returns it to service after the
+group's blackout (`capacity_blackout_s`), so a blackout is bounded even when no further
+resume or suspend runs. An operator keeping the node out longer stops the timer
+(`systemctl stop gpupool-burst-release-NODE.timer`).
+
+Suspend terminates the node's instances: only those tagged with this pool and that node
+name, so another pool's nodes of the same name in the same account are never touched.
 
 This file runs on the controller with the system python3 and boto3 only (no gpupool
 import): the slurm role installs it as is. The configuration is the JSON the role writes
-from gpupool.render.slurm.burst_config().
+from gpupool.render.slurm.burst_config(). Every value from it that ends up in a request,
+a tag or a command is checked against what EC2 and Slurm accept before use (check_group).
 """
 
 from __future__ import annotations
@@ -20,6 +39,7 @@ import logging
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -31,13 +51,33 @@ from botocore.exceptions import ClientError
 log = logging.getLogger("gpupool-burst")
 
 NODE_TAG = "gpupool:slurm-node"
-# EC2 errors that mean "this type (or market) has no capacity now": try the next one.
+POOL_TAG = "pool"  # gpupool.render.cloud.TAG_POOL, on everything the pool owns
+# Fleet error codes that mean "this type (or market) has no capacity now": try the next.
 CAPACITY_ERRORS = frozenset({
     "InsufficientInstanceCapacity", "InsufficientHostCapacity", "InsufficientCapacity",
     "SpotMaxPriceTooLow", "MaxSpotInstanceCountExceeded", "Unsupported",
-    "InsufficientFreeAddressesInSubnet",
+    "InsufficientFreeAddressesInSubnet", "UnfulfillableCapacity",
 })
 LIVE_STATES = ["pending", "running"]
+MARKETS = ("spot", "on-demand")
+# Each subprocess (scontrol, systemd-run) answers in well under this, or is hung.
+COMMAND_TIMEOUT_S = 30
+# A launched instance is known to DescribeInstances within seconds (eventual consistency).
+DESCRIBE_TRIES, DESCRIBE_PAUSE_S = 5, 2.0
+RELEASE_UNIT = "gpupool-burst-release-{node}"
+
+# What EC2 and Slurm accept, so nothing from the configuration or the hostlist can carry
+# a separator, an option or a shell word into a request, a tag or a command line.
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,62}")
+TEMPLATE_NAME = re.compile(r"[A-Za-z0-9().\-/_]{3,128}")
+PLACEMENT_NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
+INSTANCE_TYPE = re.compile(r"[a-z0-9-]+\.[a-z0-9-]+")
+REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d")
+ZONE = re.compile(r"[a-z]{2}(-[a-z]+)+-\d[a-z]")
+SEGMENT = re.compile(r"[a-z][a-z0-9-]{0,62}")
+TAG_KEY = re.compile(r"(?!aws:)[A-Za-z0-9 _.:/=+@-]{1,128}")
+TAG_VALUE = re.compile(r"[A-Za-z0-9 _.:/=+@-]{0,256}")
+MAX_BLACKOUT_S = 86400
 
 
 @dataclass(frozen=True)
@@ -53,6 +93,60 @@ class NoCapacityError(RuntimeError):
     def __init__(self, node: str, tried: list[tuple[str, str, str]]) -> None:
         super().__init__(f"{node}: no capacity; tried {tried}")
         self.node, self.tried = node, tried
+
+
+class LaunchError(RuntimeError):
+    """A fleet refused for a reason other than capacity: a configuration or permission
+    fault that the next type would hit too, so it is raised rather than fallen back on."""
+
+
+class PoolEC2:
+    """An EC2 client of one pool: boto3's client (every call passes through) plus the
+    pool's name, which scopes what live_instances sees and suspend may terminate."""
+
+    def __init__(self, ec2: Any, pool: str) -> None:
+        self.ec2, self.pool = ec2, _checked(TAG_VALUE, pool, "pool")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.ec2, name)
+
+
+def _checked(pattern: re.Pattern[str], value: object, field: str) -> str:
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise ValueError(f"burst config: {field}={value!r} does not match {pattern.pattern}")
+    return value
+
+
+def check_node(node: str) -> str:
+    return _checked(NODE_NAME, node, "node")
+
+
+def check_group(name: str, group: dict[str, Any]) -> dict[str, Any]:
+    """The group, once every field a request, tag or command takes is known to be safe."""
+    where = f"groups.{name}"
+    _checked(REGION, group["region"], f"{where}.region")
+    _checked(TEMPLATE_NAME, group["launch_template"], f"{where}.launch_template")
+    for node in group["nodes"]:
+        _checked(NODE_NAME, node, f"{where}.nodes")
+    for itype in group["instance_types"]:
+        _checked(INSTANCE_TYPE, itype, f"{where}.instance_types")
+    for market in group["capacity"]:
+        if market not in MARKETS:
+            raise ValueError(f"burst config: {where}.capacity has {market!r}, not one of "
+                             f"{MARKETS}")
+    for zone in group["zones"]:
+        _checked(ZONE, zone, f"{where}.zones")
+    _checked(SEGMENT, group["subnet_segment"], f"{where}.subnet_segment")
+    if group["placement_group"] is not None:
+        _checked(PLACEMENT_NAME, group["placement_group"], f"{where}.placement_group")
+    for key, value in group["tags"].items():
+        _checked(TAG_KEY, key, f"{where}.tags")
+        _checked(TAG_VALUE, value, f"{where}.tags.{key}")
+    blackout = group["capacity_blackout_s"]
+    if not isinstance(blackout, int) or not 0 < blackout <= MAX_BLACKOUT_S:
+        raise ValueError(f"burst config: {where}.capacity_blackout_s={blackout!r} is not "
+                         f"1..{MAX_BLACKOUT_S}")
+    return group
 
 
 def expand_hostlist(expr: str) -> list[str]:
@@ -74,20 +168,21 @@ def expand_hostlist(expr: str) -> list[str]:
 def group_of(config: dict[str, Any], node: str) -> tuple[str, dict[str, Any]]:
     for name, group in config["groups"].items():
         if node in group["nodes"]:
-            return name, group
+            return name, check_group(name, group)
     raise KeyError(f"{node} is in no burst group")
 
 
 def _tags(group: dict[str, Any], node: str) -> list[dict[str, str]]:
-    tags = {**group["tags"], NODE_TAG: node, "Name": node}
+    tags = {**group["tags"], NODE_TAG: check_node(node), "Name": node}
     return [{"Key": k, "Value": v} for k, v in tags.items()]
 
 
-def live_instances(ec2: Any, nodes: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
-    """Pending or running instances per node name."""
+def live_instances(ec2: PoolEC2, nodes: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
+    """Pending or running instances of this pool, per node name."""
     out: dict[str, list[dict[str, Any]]] = {}
     pages = ec2.get_paginator("describe_instances").paginate(Filters=[
-        {"Name": f"tag:{NODE_TAG}", "Values": list(nodes)},
+        {"Name": f"tag:{POOL_TAG}", "Values": [ec2.pool]},
+        {"Name": f"tag:{NODE_TAG}", "Values": [check_node(n) for n in nodes]},
         {"Name": "instance-state-name", "Values": LIVE_STATES}])
     for page in pages:
         for res in page["Reservations"]:
@@ -107,45 +202,125 @@ def markets(group: dict[str, Any], node: str) -> list[str]:
     return list(declared)
 
 
-def launch(ec2: Any, group: dict[str, Any], node: str) -> Launched:
+def subnets(ec2: PoolEC2, group: dict[str, Any]) -> list[dict[str, str]]:
+    """The pool's subnets of the group's segment in the group's zones, in zone order, as
+    fleet overrides. The Pulumi program tags each subnet with the pool and its segment
+    (infra/network.py) and launches a group into its segment's subnets (infra/burst.py)."""
+    found = ec2.describe_subnets(Filters=[
+        {"Name": f"tag:{POOL_TAG}", "Values": [ec2.pool]},
+        {"Name": "tag:segment", "Values": [group["subnet_segment"]]},
+        {"Name": "availability-zone", "Values": group["zones"]}])["Subnets"]
+    by_zone = {s["AvailabilityZone"]: s["SubnetId"] for s in found}
+    return [{"SubnetId": by_zone[z]} for z in group["zones"] if z in by_zone]
+
+
+def placements(ec2: PoolEC2, config: dict[str, Any],
+               group: dict[str, Any]) -> list[dict[str, Any]]:
+    """Where a fleet may put the node: one override per subnet, each in the group's
+    placement group when it has one."""
+    where = subnets(ec2, group)
+    if not where:
+        if not config.get("endpoint_url"):
+            # Without its subnets the template's interfaces would land in the default VPC
+            # (or fail there): the network is not deployed, which is a fault, not a
+            # capacity shortage.
+            raise LaunchError(f"no subnet tagged {POOL_TAG}={ec2.pool} "
+                              f"segment={group['subnet_segment']} in {group['zones']}")
+        # A local EC2 stand-in (the lab's moto) has no network from the Pulumi program:
+        # launch by zone, the template's networking deciding the rest.
+        log.warning("no pool subnet at %s; launching by zone", config["endpoint_url"])
+        where = [{"AvailabilityZone": z} for z in group["zones"]]
+    if group["placement_group"]:
+        # The lab's moto accepts a placement group and ignores it (the tests read it from
+        # the request); EC2 places the instance in the group or reports no capacity.
+        where = [{**w, "Placement": {"GroupName": group["placement_group"]}} for w in where]
+    return where
+
+
+def _fleet(ec2: PoolEC2, group: dict[str, Any], node: str, market: str, itype: str, *,
+           where: list[dict[str, Any]]) -> dict[str, Any]:
+    """One instant fleet for one instance of itype in market; its response."""
+    overrides = [{"InstanceType": itype, "Priority": float(i), **w}
+                 for i, w in enumerate(where)]
+    # Spot: the subnet (zone) with the deepest pool of that type, fewest interruptions.
+    # On-demand: the subnets in the declared zone order.
+    options = ({"SpotOptions": {"AllocationStrategy": "capacity-optimized",
+                                "InstanceInterruptionBehavior": "terminate"}}
+               if market == "spot" else
+               {"OnDemandOptions": {"AllocationStrategy": "prioritized"}})
+    return ec2.create_fleet(
+        Type="instant",
+        LaunchTemplateConfigs=[{
+            "LaunchTemplateSpecification": {"LaunchTemplateName": group["launch_template"],
+                                            "Version": "$Latest"},
+            "Overrides": overrides}],
+        TargetCapacitySpecification={"TotalTargetCapacity": 1,
+                                     "DefaultTargetCapacityType": market},
+        TagSpecifications=[{"ResourceType": "instance", "Tags": _tags(group, node)}],
+        **options)
+
+
+def address(ec2: PoolEC2, instance_id: str) -> str:
+    """The private address of an instance just launched. A fleet's answer carries none,
+    and EC2's reads are eventually consistent: a new id may be unknown to
+    DescribeInstances for a moment, so a few spaced tries."""
+    for attempt in range(1, DESCRIBE_TRIES + 1):
+        try:
+            described = ec2.describe_instances(InstanceIds=[instance_id])
+            break
+        except ClientError as exc:
+            if (exc.response["Error"]["Code"] != "InvalidInstanceID.NotFound"
+                    or attempt == DESCRIBE_TRIES):
+                raise
+            time.sleep(DESCRIBE_PAUSE_S)
+    return str(described["Reservations"][0]["Instances"][0].get("PrivateIpAddress", ""))
+
+
+def launch(ec2: PoolEC2, config: dict[str, Any], group: dict[str, Any], node: str) -> Launched:
     """One instance for node: markets in order (see markets), then instance types in
-    their declared order."""
+    their declared order, each an instant fleet over the group's subnets."""
+    where = placements(ec2, config, group)
     tried = []
     for market in markets(group, node):
         for itype in group["instance_types"]:
-            args: dict[str, Any] = {
-                "LaunchTemplate": {"LaunchTemplateName": group["launch_template"],
-                                   "Version": "$Latest"},
-                "InstanceType": itype, "MinCount": 1, "MaxCount": 1,
-                "TagSpecifications": [{"ResourceType": "instance",
-                                       "Tags": _tags(group, node)}],
-            }
-            if market == "spot":
-                args["InstanceMarketOptions"] = {
-                    "MarketType": "spot",
-                    "SpotOptions": {"SpotInstanceType": "one-time",
-                                    "InstanceInterruptionBehavior": "terminate"}}
-            try:
-                inst = ec2.run_instances(**args)["Instances"][0]
-            except ClientError as exc:
-                code = exc.response["Error"]["Code"]
-                if code not in CAPACITY_ERRORS:
-                    raise
-                log.warning("%s: %s %s: %s, trying the next", node, market, itype, code)
-                tried.append((market, itype, code))
-                continue
-            return Launched(node, inst["InstanceId"], itype, market,
-                            inst.get("PrivateIpAddress", ""))
+            got = _fleet(ec2, group, node, market, itype, where=where)
+            if got.get("Instances"):
+                inst = got["Instances"][0]
+                iid = inst["InstanceIds"][0]
+                return Launched(node, iid, inst["InstanceType"], market, address(ec2, iid))
+            codes = {e.get("ErrorCode", "") for e in got.get("Errors", [])}
+            fatal = codes - CAPACITY_ERRORS
+            if fatal:
+                raise LaunchError(f"{node}: {market} {itype}: {sorted(fatal)}: "
+                                  f"{got['Errors']}")
+            code = ",".join(sorted(codes)) or "no instance"
+            log.warning("%s: %s %s: %s, trying the next", node, market, itype, code)
+            tried.append((market, itype, code))
     raise NoCapacityError(node, tried)
 
 
 def scontrol(*args: str) -> None:
-    subprocess.run(["scontrol", "update", *args], check=True)
+    subprocess.run(["scontrol", "update", *args], check=True, timeout=COMMAND_TIMEOUT_S)
 
 
-def resume(ec2: Any, config: dict[str, Any], nodes: list[str],
-           update: Callable[..., None] = scontrol) -> list[Launched]:
-    """Launch what is missing; a node that already has a live instance keeps it."""
+def release_later(node: str, delay_s: int) -> None:
+    """Return node to service after delay_s, by a transient systemd timer: it outlives
+    this program, and nothing else has to run for the blackout to end."""
+    out = subprocess.run(
+        ["systemd-run", f"--unit={RELEASE_UNIT.format(node=check_node(node))}",
+         f"--on-active={delay_s}s", "--timer-property=AccuracySec=1s", "--collect",
+         "--quiet", "--", "scontrol", "update", f"nodename={node}", "state=resume"],
+        capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
+    if out.returncode:
+        # Typically a timer of an earlier blackout still pending: it releases the node.
+        log.warning("%s: release timer not started: %s", node, out.stderr.strip())
+
+
+def resume(ec2: PoolEC2, config: dict[str, Any], nodes: list[str],
+           update: Callable[..., None] = scontrol,
+           release: Callable[[str, int], None] = release_later) -> list[Launched]:
+    """Launch what is missing; a node that already has a live instance keeps it. A node
+    with no capacity anywhere is marked down for its group's blackout."""
     live = live_instances(ec2, nodes)
     launched = []
     for node in nodes:
@@ -154,12 +329,16 @@ def resume(ec2: Any, config: dict[str, Any], nodes: list[str],
             continue
         _, group = group_of(config, node)
         try:
-            got = launch(ec2, group, node)
+            got = launch(ec2, config, group, node)
         except NoCapacityError as exc:
+            blackout = group["capacity_blackout_s"]
+            until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + blackout))
             # Slurm requeues the node's jobs elsewhere instead of waiting for ResumeTimeout.
             update(f"nodename={node}", "state=down",
-                   f"reason=gpupool-burst: no capacity ({len(exc.tried)} tried)")
-            log.error("%s", exc)
+                   f"reason=gpupool-burst: no capacity ({len(exc.tried)} tried) "
+                   f"until {until}")
+            release(node, blackout)
+            log.error("%s; down until %s", exc, until)
             continue
         if got.address:
             update(f"nodename={node}", f"nodeaddr={got.address}", f"nodehostname={node}")
@@ -169,7 +348,8 @@ def resume(ec2: Any, config: dict[str, Any], nodes: list[str],
     return launched
 
 
-def suspend(ec2: Any, nodes: list[str]) -> list[str]:
+def suspend(ec2: PoolEC2, nodes: list[str]) -> list[str]:
+    """Terminate the nodes' instances: this pool's only (see live_instances)."""
     ids = [i["InstanceId"] for insts in live_instances(ec2, nodes).values() for i in insts]
     if ids:
         ec2.terminate_instances(InstanceIds=ids)
@@ -177,15 +357,17 @@ def suspend(ec2: Any, nodes: list[str]) -> list[str]:
     return ids
 
 
-def client(config: dict[str, Any], nodes: list[str]) -> Any:
+def client(config: dict[str, Any], nodes: list[str]) -> PoolEC2:
     regions = {group_of(config, n)[1]["region"] for n in nodes}
     if len(regions) != 1:
         raise ValueError(f"nodes span regions {sorted(regions)}; call once per region")
-    # Few retries: a capacity error answers with HTTP 500, which botocore would retry with
-    # backoff, while the next instance type may have capacity now (ResumeTimeout runs).
-    return boto3.client("ec2", region_name=regions.pop(),
-                        endpoint_url=config.get("endpoint_url") or None,
-                        config=Config(retries={"mode": "standard", "max_attempts": 2}))
+    # Few retries: a fleet out of capacity answers at once and the launch loop moves on to
+    # the next type; botocore's backoff on a throttled or failing call would only spend
+    # ResumeTimeout on the same request.
+    ec2 = boto3.client("ec2", region_name=regions.pop(),
+                       endpoint_url=config.get("endpoint_url") or None,
+                       config=Config(retries={"mode": "standard", "max_attempts": 2}))
+    return PoolEC2(ec2, config["pool"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     with open(args.config) as f:
         config = json.load(f)
-    nodes = expand_hostlist(args.hostlist)
+    nodes = [check_node(n) for n in expand_hostlist(args.hostlist)]
     by_region: dict[str, list[str]] = {}
     for n in nodes:
         by_region.setdefault(group_of(config, n)[1]["region"], []).append(n)

@@ -54,6 +54,13 @@ USABLE_MEMORY = 0.95
 RESUME_PROGRAM = "/usr/local/sbin/gpupool-burst-resume"
 SUSPEND_PROGRAM = "/usr/local/sbin/gpupool-burst-suspend"
 BURST_CONFIG = "/etc/slurm/gpupool-burst.json"
+# The segment whose subnets a burst group's instances launch into (infra/burst.py).
+BURST_SUBNET_SEGMENT = "training"
+# How long a burst node that found no capacity in any declared type and market stays
+# DOWN before Slurm may pick it again (AWS ParallelCluster's insufficient_capacity_timeout
+# default): long enough for Slurm to place the jobs elsewhere, short enough that capacity
+# coming back is used within minutes.
+BURST_CAPACITY_BLACKOUT_S = 600
 BILLING = "CPU=0,GRES/gpu=1"  # fairshare on GPU-seconds only
 GPU_DEVICE = "/dev/nvidia{}"
 # Lab only: the character devices standing in for MIG instances, named like the driver's
@@ -431,7 +438,7 @@ def accounting(desc: Description) -> dict[str, Any]:
 def burst_config(desc: Description) -> dict[str, Any]:
     """What the resume/suspend programs need, per burst group (see gpupool.onhost.burst)."""
     return {"resume_program": RESUME_PROGRAM, "suspend_program": SUSPEND_PROGRAM,
-            "config": BURST_CONFIG, "groups": {
+            "config": BURST_CONFIG, "pool": desc.pool.name, "groups": {
         name: {"region": g.region, "nodes": burst_node_names(name, g.max_nodes),
                "instance_types": list(g.instance_types),
                # The name infra/program.py gives the group's BurstPool and launch template.
@@ -439,6 +446,13 @@ def burst_config(desc: Description) -> dict[str, Any]:
                "capacity": [c.value for c in g.capacity],
                # How many of its nodes start on-demand, as its Auto Scaling distribution.
                "on_demand_nodes": burst_capacity_split(g).get(Capacity.ON_DEMAND.value, 0),
+               # Where its instances go: the pool's subnets of this segment in these zones
+               # (one zone with EFA), in the cluster placement group when EFA is declared.
+               "zones": cloud.group_zones(g),
+               "subnet_segment": BURST_SUBNET_SEGMENT,
+               "placement_group": cloud.burst_name(desc, name) if cloud.efa_interfaces(g)
+               else None,
+               "capacity_blackout_s": BURST_CAPACITY_BLACKOUT_S,
                # The tags the Pulumi program puts on everything of the group.
                "tags": cloud.tags(desc, g.team, **{"burst-group": name})}
         for name, g in desc.burst_groups.items()}}
