@@ -301,7 +301,8 @@ def hybrid_links(desc: Description) -> Iterator[Problem]:
                               "public IPv4 address", link.vpn.customer_gateway)
             if link.vpn.bgp_asn in RESERVED_BGP_ASNS:
                 yield Problem(f"{path}.vpn.bgp_asn", "bgp-asn-not-reserved",
-                              f"ASN is {RESERVED_BGP_ASNS[link.vpn.bgp_asn]}",
+                              f"the customer gateway needs an ASN of its own; this one "
+                              f"is {RESERVED_BGP_ASNS[link.vpn.bgp_asn]}",
                               link.vpn.bgp_asn)
         if link.egress is Egress.NAT and region in by_region and spare_block_missing(
                 desc, region):
