@@ -316,7 +316,10 @@ def slurm_conf(desc: Description) -> list[str]:
             "ResumeRate=0",
             "SuspendRate=0",
             "TreeWidth=65533",
-            "SlurmctldParameters=idle_on_node_suspend,cloud_reg_addrs",
+            # enable_configless: a burst node boots with `slurmd --conf-server` and takes
+            # slurm.conf, gres.conf and the rest from the controller, so an image never
+            # carries a stale copy of the pool's configuration.
+            "SlurmctldParameters=enable_configless,idle_on_node_suspend,cloud_reg_addrs",
             "PrivateData=cloud",
             f"SuspendExcNodes={_word(hostlist(n.name for n in onprem), 'SuspendExcNodes')}",
         ]

@@ -386,10 +386,19 @@ def test_burst_node_resumed_when_full_and_suspended_when_idle(cluster):
         assert [g.instance_type for g in launched] == group["instance_types"][:1]
         # The "instance boots": its slurmd starts (on lab-ctl) and registers the node; -b
         # reports a fresh boot (a container shares the host's boot time, which slurmctld
-        # would take for a node that never rebooted).
+        # would take for a node that never rebooted). Configless, as a burst image boots:
+        # slurmd takes its configuration from slurmctld (--conf-server), not from /etc/slurm.
+        port = ROLE_DEFAULTS["slurm_ctld_port"]
         cluster.sh(f"for i in $(seq 0 {GPUS_PER_NODE - 1}); do [ -e /dev/nvidia$i ] || "
                    f"mknod /dev/nvidia$i c 195 $i; done; mkdir -p /var/lib/slurm/slurmd; "
-                   f"slurmd -b -N {node}")
+                   f"slurmd -b -N {node} --conf-server {ctl_addr}:{port}")
+        # Where slurmd caches what it fetched (22.05: /run/slurm/conf; later releases: the
+        # spool's conf-cache); removed afterwards.
+        caches = ("/run/slurm/conf", "/var/lib/slurm/slurmd/conf-cache")
+        stack.callback(cluster.sh, f"rm -rf {' '.join(caches)}", check=False)
+        wait_for("slurm.conf and gres.conf fetched from slurmctld", lambda: len(cluster.sh(
+            " ; ".join(f"ls {c}/slurm.conf {c}/gres.conf 2>/dev/null" for c in caches)
+            + "; true").split()) == 2, 30)
         try:
             wait_for("the job on the cloud node", lambda: cluster.state(job) == "COMPLETED",
                      120)
