@@ -33,17 +33,19 @@ def _tier_arn(storage: StorageTiers, desc: Description, purpose: str) -> pulumi.
 class BurstPool(Component):
     """Launch template (IMDSv2, encrypted root, EFA interfaces where declared), a cluster
     placement group for EFA, a mixed-instances autoscaling group with a zero minimum, and
-    a least-privilege instance profile."""
+    a least-privilege instance profile. The user-data joins a booted instance to Slurm by
+    itself (cloud.user_data); its role may read the munge key (MungeKey grants it)."""
 
     launch_template_id: pulumi.Output[str]
     group_name: pulumi.Output[str]
+    role: aws.iam.Role
 
     def __init__(self, name: str, args: BurstPoolArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("BurstPool", name, opts)
         desc, group = args.desc, args.desc.burst_groups[args.group]
         tags = cloud.tags(desc, group.team, **{"burst-group": args.group})
-        profile = self._profile(name, args, tags)
+        self.role, profile = self._profile(name, args, tags)
         ami = aws.ec2.get_ami_output(most_recent=True, owners=[cloud.AMI_OWNER], filters=[
             {"name": "name", "values": [cloud.AMI_NAME]},
             {"name": "architecture", "values": ["x86_64"]}], opts=pulumi.InvokeOutputOptions(
@@ -106,7 +108,7 @@ class BurstPool(Component):
         self.register_outputs({"launch_template_id": template.id})
 
     def _profile(self, name: str, args: BurstPoolArgs,
-                 tags: dict[str, str]) -> aws.iam.InstanceProfile:
+                 tags: dict[str, str]) -> tuple[aws.iam.Role, aws.iam.InstanceProfile]:
         desc, group = args.desc, args.desc.burst_groups[args.group]
         role = aws.iam.Role(f"{name}-node", tags=tags, opts=self.child(),
                             assume_role_policy=json.dumps({
@@ -122,5 +124,5 @@ class BurstPool(Component):
                                 opts=self.child())
         aws.iam.RolePolicyAttachment(f"{name}-node", role=role.name, policy_arn=policy.arn,
                                      opts=self.child())
-        return aws.iam.InstanceProfile(f"{name}-node", role=role.name, tags=tags,
-                                       opts=self.child())
+        return role, aws.iam.InstanceProfile(f"{name}-node", role=role.name, tags=tags,
+                                             opts=self.child())

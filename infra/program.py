@@ -14,6 +14,7 @@ from gpupool.spec.model import Description
 from infra.burst import BurstPool, BurstPoolArgs
 from infra.cluster import ClusterServices, ClusterServicesArgs
 from infra.network import NetworkSegments, NetworkSegmentsArgs
+from infra.secrets import MungeKey, MungeKeyArgs
 from infra.storage import StorageTiers, StorageTiersArgs
 
 
@@ -33,6 +34,11 @@ def declare(desc: Description) -> None:
                            BurstPoolArgs(desc, g, networks[b.region], storage),
                            pulumi.ResourceOptions(providers=[providers[b.region]]))
               for g, b in desc.burst_groups.items()}
+    if bursts:
+        munge = MungeKey(f"{pool}-munge-key", MungeKeyArgs(
+            desc, storage.key_arn, {g: b.role for g, b in bursts.items()}),
+            pulumi.ResourceOptions(providers=[providers[desc.pool.cloud_region]]))
+        pulumi.export("munge_key_secret", munge.secret_arn)
     cluster = ClusterServices(pool, ClusterServicesArgs(desc))
 
     pulumi.export("onprem_segments", {

@@ -7,7 +7,6 @@ import ipaddress
 from collections.abc import Iterator
 
 from gpupool.render import cloud
-from gpupool.spec.facts import controller
 from gpupool.spec.model import Description
 from policies.core import Level, Res, Stack, resource_policy, stack_policy, tags_of
 from policies.types import (
@@ -126,14 +125,6 @@ def management_from_admin(r: Res, desc: Description) -> Iterator[str]:
 LINK_TARGETS = ("gatewayId", "transitGatewayId")
 
 
-def controller_address(desc: Description) -> tuple[str, str]:
-    """(name, management address) of the Slurm controller, which every burst node reaches."""
-    name = controller(desc)
-    node = desc.nodes[name]
-    address = node.addresses.get("management") or next(iter(node.addresses.values()))
-    return name, address
-
-
 def _routes_to(table: Res, address: str) -> bool:
     ip = ipaddress.ip_address(address)
     for route in table.props.get("routes") or []:
@@ -150,7 +141,7 @@ def _routes_to(table: Res, address: str) -> bool:
               "Every burst subnet is associated with a route table that sends the "
               "controller's on-prem segment over the hybrid link.")
 def burst_subnet_routes(stack: Stack, desc: Description) -> Iterator[tuple[str | None, str]]:
-    name, address = controller_address(desc)
+    name, address = cloud.controller_address(desc)
     tables = {r.name: r for r in stack.of_type(AWS_ROUTE_TABLE)}
     associated = {r.name for r in stack.of_type(AWS_ROUTE_TABLE_ASSOCIATION)}
     for subnet in stack.of_type(AWS_SUBNET):

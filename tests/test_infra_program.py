@@ -25,7 +25,7 @@ from tests.conftest import ROOT, mutate, raw_stack
 
 STACKS = ["lab", "example"]
 COMPONENTS = {"NetworkSegments", "HybridLink", "PrivateEgress", "BurstPool", "StorageTiers",
-              "ClusterServices"}
+              "MungeKey", "ClusterServices"}
 
 
 @pytest.fixture(scope="module", params=STACKS)
@@ -293,6 +293,8 @@ def test_launch_templates_require_imdsv2_and_encrypt_root(stack: str) -> None:
         efa = [n for n in lt.inputs["networkInterfaces"] if "interfaceType" in n]
         expected = min(INSTANCE_TYPES[t].efa_interfaces for t in group.instance_types)
         assert len(efa) == (expected if group.efa else 0)
+        # The user-data reads the instance's Slurm node name from its tags.
+        assert lt.inputs["metadataOptions"]["instanceMetadataTags"] == "enabled"
 
 
 def test_efa_groups_sit_in_one_cluster_placement_group() -> None:
@@ -346,6 +348,68 @@ def test_instance_profile_least_privilege_shared_and_team_groups() -> None:
     assert one(run, ":LaunchTemplate", "prod-l40s-burst").inputs["tags"]["team"] == "vision"
     actions = {a for s in own.values() for a in s["Action"]}
     assert not any(a.endswith("*") for a in actions)
+
+
+def test_munge_key_secret_is_the_programs_encrypted_with_the_pool_key_and_holds_no_value(
+        stack: str) -> None:
+    desc = loader.load_stack(stack, ROOT)
+    run = declared(stack)
+    pool = desc.pool.name
+    secret = one(run, "secretsmanager/secret:Secret", f"{pool}-munge-key")
+    assert secret.inputs["name"] == cloud.munge_secret_name(desc)
+    key = one(run, "kms/key:Key", f"{pool}-key")
+    assert secret.inputs["kmsKeyId"] == f"arn:mock:{key.type}:{key.name}"
+    assert secret.inputs["replicas"] == []  # both stacks burst in their home region
+    assert secret.parent is not None and secret.parent.endswith("MungeKey::" + f"{pool}-munge-key")
+    # No value is declared, so none is in the state: the operator puts the controller's.
+    assert not of_type(run, "secretsmanager/secretVersion:SecretVersion")
+    assert run.outputs["munge_key_secret"] == f"arn:mock:{secret.type}:{secret.name}"
+
+
+def test_munge_key_readable_only_by_the_burst_node_roles(stack: str) -> None:
+    desc = loader.load_stack(stack, ROOT)
+    run = declared(stack)
+    pool = desc.pool.name
+    secret = one(run, "secretsmanager/secret:Secret", f"{pool}-munge-key")
+    secret_arn = f"arn:mock:{secret.type}:{secret.name}"
+    key_arn = f"arn:mock:aws:kms/key:Key:{pool}-key"
+    roles = {g: f"arn:mock:aws:iam/role:Role:{cloud.burst_name(desc, g)}-node"
+             for g in desc.burst_groups}
+    for g, group in desc.burst_groups.items():
+        grant = one(run, "iam/rolePolicy:RolePolicy", f"{pool}-munge-key-{g}")
+        assert grant.inputs["role"] == f"{cloud.burst_name(desc, g)}-node"
+        doc = {s["Sid"]: s for s in json.loads(grant.inputs["policy"])["Statement"]}
+        assert doc["ReadMungeKey"]["Action"] == ["secretsmanager:GetSecretValue"]
+        assert doc["ReadMungeKey"]["Resource"] == [secret_arn]
+        assert doc["DecryptMungeKey"] == {
+            "Sid": "DecryptMungeKey", "Effect": "Allow", "Action": ["kms:Decrypt"],
+            "Resource": [key_arn], "Condition": {"StringEquals": {
+                "kms:ViaService": f"secretsmanager.{group.region}.amazonaws.com",
+                "kms:EncryptionContext:SecretARN": secret_arn}}}
+    # The secret's own policy denies reading to every other principal.
+    policy = one(run, "secretsmanager/secretPolicy:SecretPolicy", f"{pool}-munge-key")
+    assert policy.inputs["secretArn"] == secret_arn
+    assert policy.inputs["blockPublicPolicy"] is True
+    [deny] = json.loads(policy.inputs["policy"])["Statement"]
+    assert (deny["Effect"], deny["Action"]) == ("Deny", ["secretsmanager:GetSecretValue"])
+    assert deny["Condition"] == {"ArnNotEquals": {"aws:PrincipalArn": sorted(roles.values())}}
+    # Nothing else in the program grants any Secrets Manager action.
+    others = [r.name for r in run.resources
+              if r.type in ("aws:iam/policy:Policy", "aws:iam/rolePolicy:RolePolicy")
+              and "secretsmanager" in r.inputs["policy"]
+              and not r.name.startswith(f"{pool}-munge-key-")]
+    assert others == []
+
+
+def test_a_burst_group_elsewhere_reads_its_regions_replica_without_the_pool_key() -> None:
+    desc = loader.load_stack("example", ROOT)
+    group = next(iter(desc.burst_groups.values())).model_copy(update={"region": "eu-west-1"})
+    arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:gpupool/prod/munge-key-AbCdEf"
+    doc = cloud.munge_read_policy(desc, group, arn, "arn:aws:kms:us-east-1:1:key/k")
+    assert doc["Statement"] == [{
+        "Sid": "ReadMungeKey", "Effect": "Allow", "Action": ["secretsmanager:GetSecretValue"],
+        "Resource": ["arn:aws:secretsmanager:eu-west-1:123456789012:secret:"
+                     "gpupool/prod/munge-key-AbCdEf"]}]
 
 
 # --- storage ---------------------------------------------------------------------------

@@ -36,6 +36,7 @@ KEY_INPUTS: dict[str, tuple[str, ...]] = {
         "metadataOptions.httpTokens", "networkInterfaces[]",
         "blockDeviceMappings.0.ebs.encrypted"),
     "aws:ec2/placementGroup:PlacementGroup": ("strategy",),
+    "aws:secretsmanager/secret:Secret": ("name", "replicas[]"),
     "aws:autoscaling/group:Group": (
         "minSize", "maxSize", "mixedInstancesPolicy.instancesDistribution.onDemandBaseCapacity"),
     "kubernetes:core/v1:ResourceQuota": ("spec.hard",),

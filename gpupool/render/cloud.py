@@ -12,13 +12,22 @@ import inspect
 import ipaddress
 import json
 import math
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
 from gpupool.render import node_labels
 from gpupool.render.node_labels import LABEL_PREFIX
 from gpupool.spec.catalog import INSTANCE_TYPES
-from gpupool.spec.model import BurstGroup, Description, Purpose, StorageTier, Temperature
+from gpupool.spec.facts import controller
+from gpupool.spec.model import (
+    NAME_RE,
+    BurstGroup,
+    Description,
+    Purpose,
+    StorageTier,
+    Temperature,
+)
 
 # Tag keys on every taggable AWS resource; Kubernetes objects carry the same as labels.
 TAG_POOL, TAG_TEAM, TAG_COST_CENTRE = "pool", "team", "cost-centre"
@@ -319,9 +328,138 @@ def node_policy(desc: Description, group: BurstGroup, datasets_arn: str,
     return {"Version": "2012-10-17", "Statement": statements}
 
 
+def controller_address(desc: Description) -> tuple[str, str]:
+    """(name, management address) of the Slurm controller, which every burst node reaches."""
+    name = controller(desc)
+    node = desc.nodes[name]
+    address = node.addresses.get("management") or next(iter(node.addresses.values()))
+    return name, address
+
+
+# The tag the resume program gives an instance: its Slurm node name
+# (gpupool.onhost.burst.NODE_TAG; that file imports nothing of gpupool, a test keeps them equal).
+TAG_SLURM_NODE = "gpupool:slurm-node"
+# slurmctld's port: Slurm's default, which the rendered slurm.conf keeps
+# (roles/slurm/defaults/main.yml slurm_ctld_port; a test keeps them equal).
+SLURMCTLD_PORT = 6817
+MUNGE_KEY_PATH = "/etc/munge/munge.key"
+# Bounded waits at boot: a node that cannot learn its name or key within them fails its
+# user-data (and is terminated by suspend at ResumeTimeout) instead of hanging.
+BOOT_ATTEMPTS, BOOT_RETRY_S = 10, 6
+
+
+def munge_secret_name(desc: Description) -> str:
+    """The Secrets Manager secret holding the pool's munge key: the program declares it,
+    a burst node's user-data reads it, an operator puts the controller's key in it."""
+    return f"gpupool/{desc.pool.name}/munge-key"
+
+
+def secret_arn_in(arn: str, region: str) -> str:
+    """The ARN of a secret's replica in another region: only the region field differs.
+    Anything else (a preview's placeholder) is returned as it is."""
+    parts = arn.split(":", 5)
+    if len(parts) < 6 or parts[0] != "arn" or parts[2] != "secretsmanager":
+        return arn
+    parts[3] = region
+    return ":".join(parts)
+
+
+def munge_read_policy(desc: Description, group: BurstGroup, secret_arn: str,
+                      key_arn: str) -> dict[str, Any]:
+    """A burst node may read the munge key, in its own region, and nothing else of Secrets
+    Manager; it may decrypt it with the pool key only through Secrets Manager and only for
+    that secret. A replica elsewhere is encrypted with that region's aws/secretsmanager
+    key, which Secrets Manager uses on the caller's behalf: no KMS statement is needed."""
+    home = group.region == desc.pool.cloud_region
+    arn = secret_arn if home else secret_arn_in(secret_arn, group.region)
+    statements: list[dict[str, Any]] = [
+        {"Sid": "ReadMungeKey", "Effect": "Allow", "Action": ["secretsmanager:GetSecretValue"],
+         "Resource": [arn]}]
+    if home:
+        statements.append(
+            {"Sid": "DecryptMungeKey", "Effect": "Allow", "Action": ["kms:Decrypt"],
+             "Resource": [key_arn], "Condition": {
+                 "StringEquals": {
+                     "kms:ViaService": f"secretsmanager.{group.region}.amazonaws.com",
+                     "kms:EncryptionContext:SecretARN": arn}}})
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
+def munge_secret_policy(role_arns: list[str]) -> dict[str, Any]:
+    """The secret's own policy: nobody but the burst node roles reads the value, whatever
+    their identity policies grant (an administrator can still put a new value)."""
+    return {"Version": "2012-10-17", "Statement": [
+        {"Sid": "OnlyBurstNodesRead", "Effect": "Deny", "Principal": "*",
+         "Action": ["secretsmanager:GetSecretValue"], "Resource": "*",
+         "Condition": {"ArnNotEquals": {"aws:PrincipalArn": sorted(role_arns)}}}]}
+
+
+def _join_slurm(desc: Description, group: BurstGroup) -> list[str]:
+    """Shell lines that make a booted instance a Slurm node: its node name from its tags,
+    the pool's munge key from Secrets Manager, slurmd configless from the controller.
+    Every value from the description is quoted; the tag is checked against the node-name
+    rule before use."""
+    _, address = controller_address(desc)
+    host = f"[{address}]" if ipaddress.ip_address(address).version == 6 else address
+    q = shlex.quote
+    # The CLI's own timeouts bound each try (its defaults are a minute each).
+    fetch = (f"aws secretsmanager get-secret-value --region {q(group.region)} "
+             f"--secret-id {q(munge_secret_name(desc))} --query SecretBinary --output text "
+             "--cli-connect-timeout 5 --cli-read-timeout 10")
+    return [
+        # IMDSv2 GET with a bounded number of tries (tokens are required).
+        "imds() {",
+        "  local token attempt",
+        f"  for attempt in $(seq {BOOT_ATTEMPTS}); do",
+        "    if token=$(curl -sf --max-time 5 -X PUT http://169.254.169.254/latest/api/token"
+        " -H 'X-aws-ec2-metadata-token-ttl-seconds: 60')"
+        ' && curl -sf --max-time 5 -H "X-aws-ec2-metadata-token: $token"'
+        ' "http://169.254.169.254/latest/meta-data/$1"; then',
+        "      return 0",
+        "    fi",
+        f'    echo "gpupool: metadata $1 unavailable (try $attempt)" >&2; sleep {BOOT_RETRY_S}',
+        "  done",
+        "  return 1",
+        "}",
+        # The resume program tags the instance with its node name at launch (the launch
+        # template enables instance tags in the metadata).
+        f"node=$(imds {q('tags/instance/' + TAG_SLURM_NODE)}) || "
+        "{ echo 'gpupool: no Slurm node name tag' >&2; exit 1; }",
+        f"name_re={q(NAME_RE)}",
+        "[[ $node =~ $name_re ]] || { echo 'gpupool: invalid Slurm node name tag' >&2; exit 1; }",
+        "key=''",
+        f"for attempt in $(seq {BOOT_ATTEMPTS}); do",
+        f'  if key=$({fetch}) && [ -n "$key" ] && [ "$key" != None ]; then break; fi',
+        f'  key=""; echo "gpupool: munge key unavailable (try $attempt)" >&2; '
+        f"sleep {BOOT_RETRY_S}",
+        "done",
+        '[ -n "$key" ] || { echo '
+        + q(f"gpupool: no munge key in {munge_secret_name(desc)} (put it with --secret-binary)")
+        + ' >&2; exit 1; }',
+        # Written whole, owner-only from the start, then moved into place.
+        "umask 077",
+        f'printf "%s" "$key" | base64 -d > {q(MUNGE_KEY_PATH + ".new")}',
+        "unset key",
+        f"chown munge:munge {q(MUNGE_KEY_PATH + '.new')}",
+        f"chmod 0400 {q(MUNGE_KEY_PATH + '.new')}",
+        f"mv -f {q(MUNGE_KEY_PATH + '.new')} {q(MUNGE_KEY_PATH)}",
+        "umask 022",
+        "systemctl restart munge",
+        # Configless: slurmd takes slurm.conf and the rest from slurmctld, so the image
+        # never carries a stale copy. Debian's slurmd unit reads SLURMD_OPTIONS from here.
+        f"conf_server={q(f'{host}:{SLURMCTLD_PORT}')}",
+        'printf \'SLURMD_OPTIONS="--conf-server %s -N %s"\\n\' "$conf_server" "$node"'
+        " > /etc/default/slurmd",
+        "systemctl enable slurmd",
+        "systemctl restart slurmd",
+    ]
+
+
 def user_data(desc: Description, name: str, group: BurstGroup) -> str:
-    """cloud-init that leaves the facts onboarding needs on the node; the onboarding play
-    finds nodes by their burst-group tag and reads these facts. With Kubernetes declared it
+    """cloud-init that leaves the facts onboarding needs on the node (the onboarding play
+    finds nodes by their burst-group tag and reads these facts) and joins the node to Slurm
+    by itself (_join_slurm), within ResumeTimeout and without a person. With Kubernetes
+    declared it
     also gives kubelet the labels and taints the node registers with (node_labels.py),
     picked by the capacity type the metadata service reports: an Auto Scaling group that
     mixes spot and on-demand decides it per instance at launch."""
@@ -344,11 +482,12 @@ def user_data(desc: Description, name: str, group: BurstGroup) -> str:
             "life=$(curl -sf -H \"X-aws-ec2-metadata-token: $token\""
             " http://169.254.169.254/latest/meta-data/instance-life-cycle || true)",
             'case "$life" in',
-            *(f"  {kind}) args='{node_labels.kubelet_args(reg)}' ;;"
+            *(f"  {kind}) args={shlex.quote(node_labels.kubelet_args(reg))} ;;"
               for kind, reg in kinds.items() if kind != fallback),
-            f"  *) args='{node_labels.kubelet_args(kinds[fallback])}' ;;",
+            f"  *) args={shlex.quote(node_labels.kubelet_args(kinds[fallback]))} ;;",
             "esac",
             # Read by kubelet's systemd unit (kubeadm's EnvironmentFile) before it joins.
             "printf 'KUBELET_EXTRA_ARGS=\"%s\"\\n' \"$args\" > /etc/default/kubelet",
         ]
+    lines += _join_slurm(desc, group)
     return "\n".join(lines) + "\n"

@@ -1,0 +1,180 @@
+"""A burst instance boots into the pool by itself: the launch template's user-data takes the
+node name from the instance tags (IMDSv2), the munge key from Secrets Manager, and starts
+slurmd configless. The rendered script runs here in a sandbox: /etc moved under a
+temporary folder, and stubs for curl (the metadata service), aws, systemctl, chown and
+sleep, so its behaviour, not only its text, is checked, hostile values included."""
+
+from __future__ import annotations
+
+import base64
+import os
+import stat
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpupool.onhost import burst
+from gpupool.render import cloud
+from gpupool.spec import loader
+from gpupool.spec.model import BurstGroup, Description
+from tests.conftest import ROOT
+
+KEY = bytes(range(256)) * 4  # a munge key is binary: every byte value survives the trip
+KEY_B64 = base64.b64encode(KEY).decode()
+
+CURL = r"""#!/bin/bash
+printf '%s\n' "$*" >> "$LOG/curl"
+case "$*" in
+  *"-X PUT"*) [ -z "${IMDS_DOWN:-}" ] || exit 7; echo token ;;
+  *tags/instance/gpupool:slurm-node*) [ -n "${NODE_TAG+x}" ] || exit 22
+    printf '%s' "$NODE_TAG" ;;
+  *instance-life-cycle*) echo spot ;;
+  *) exit 22 ;;
+esac
+"""
+AWS = r"""#!/bin/bash
+printf '%s\n' "$@" > "$LOG/aws.args"
+echo x >> "$LOG/aws.calls"
+[ -n "${MUNGE_B64:-}" ] || { echo 'ResourceNotFoundException' >&2; exit 254; }
+echo "$MUNGE_B64"
+"""
+LOGGER = """#!/bin/bash
+printf '%s\\n' "$(basename "$0") $*" >> "$LOG/commands"
+"""
+
+
+def _stacks() -> list[tuple[Description, str, BurstGroup]]:
+    out = []
+    for stack in ("lab", "example"):
+        desc = loader.load_stack(stack, ROOT)
+        out += [(desc, n, g) for n, g in desc.burst_groups.items()]
+    return out
+
+
+@dataclass
+class Boot:
+    rc: int
+    root: Path  # stands for /
+    stderr: str
+
+    def log(self, name: str) -> str:
+        path = self.root / "log" / name
+        return path.read_text() if path.exists() else ""
+
+
+def _boot(tmp: Path, script: str, **env: str) -> Boot:
+    """Run a rendered user-data with /etc under tmp and the world stubbed."""
+    bin_, log = tmp / "bin", tmp / "log"
+    # The image has /etc/munge and /etc/default (packages installed by the roles).
+    for d in (bin_, log, tmp / "etc/munge", tmp / "etc/default"):
+        d.mkdir(parents=True, exist_ok=True)
+    for name, text in {"curl": CURL, "aws": AWS, "systemctl": LOGGER, "chown": LOGGER,
+                       "sleep": LOGGER}.items():
+        (bin_ / name).write_text(text)
+        (bin_ / name).chmod(0o755)
+    path = tmp / "user-data"
+    path.write_text(script.replace(" /etc/", f" {tmp}/etc/"))
+    done = subprocess.run(
+        ["bash", str(path)], capture_output=True, text=True, timeout=60, check=False,
+        env={"PATH": f"{bin_}:{os.environ['PATH']}", "LOG": str(log), **env})
+    return Boot(done.returncode, tmp, done.stderr)
+
+
+def test_the_tag_key_and_the_controller_port_agree_with_their_owners() -> None:
+    assert cloud.TAG_SLURM_NODE == burst.NODE_TAG
+    defaults = yaml.safe_load((ROOT / "roles/slurm/defaults/main.yml").read_text())
+    assert defaults["slurm_ctld_port"] == cloud.SLURMCTLD_PORT
+
+
+@pytest.mark.parametrize(("desc", "name", "group"), _stacks(),
+                         ids=lambda v: v if isinstance(v, str) else "")
+def test_user_data_is_valid_bash_and_keeps_the_facts(desc: Description, name: str,
+                                                     group: BurstGroup) -> None:
+    script = cloud.user_data(desc, name, group)
+    assert script.startswith("#!/bin/bash\nset -euo pipefail\n")
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True, timeout=30)
+    assert "/etc/gpupool/burst.json" in script
+    secret = (f"--region {group.region} --secret-id {cloud.munge_secret_name(desc)} "
+              "--query SecretBinary")
+    assert secret in script
+    _, address = cloud.controller_address(desc)
+    assert f"conf_server={address}:{cloud.SLURMCTLD_PORT}\n" in script
+    # The key is in place and munge restarted before slurmd starts.
+    assert (script.index("systemctl restart munge") < script.index("/etc/default/slurmd")
+            < script.index("systemctl restart slurmd"))
+
+
+def test_a_booted_instance_writes_the_key_and_starts_slurmd_configless(tmp_path: Path) -> None:
+    desc = loader.load_stack("example", ROOT)
+    name, group = next(iter(desc.burst_groups.items()))
+    done = _boot(tmp_path, cloud.user_data(desc, name, group), NODE_TAG="prod-h100-burst-3",
+                 MUNGE_B64=KEY_B64)
+    assert done.rc == 0, done.stderr
+    key = tmp_path / "etc/munge/munge.key"
+    assert key.read_bytes() == KEY
+    assert stat.S_IMODE(key.stat().st_mode) == 0o400
+    assert not (tmp_path / "etc/munge/munge.key.new").exists()
+    _, address = cloud.controller_address(desc)
+    assert (tmp_path / "etc/default/slurmd").read_text() == (
+        f'SLURMD_OPTIONS="--conf-server {address}:6817 -N prod-h100-burst-3"\n')
+    commands = done.log("commands").splitlines()
+    assert f"chown munge:munge {tmp_path}/etc/munge/munge.key.new" in commands
+    assert [c for c in commands if c.startswith("systemctl")] == [
+        "systemctl restart munge", "systemctl enable slurmd", "systemctl restart slurmd"]
+    assert done.log("aws.args").splitlines() == [
+        "secretsmanager", "get-secret-value", "--region", group.region,
+        "--secret-id", cloud.munge_secret_name(desc), "--query", "SecretBinary",
+        "--output", "text", "--cli-connect-timeout", "5", "--cli-read-timeout", "10"]
+    # IMDSv2: a token first, then the tag with it.
+    assert "X-aws-ec2-metadata-token: token" in done.log("curl")
+    assert KEY_B64[:40] not in done.stderr  # the key never reaches the log
+
+
+@pytest.mark.parametrize("tag", ['n1"; touch PWNED; "', "$(touch PWNED)", "-N", "Node1",
+                                 "", "a" * 64, "n1\nSLURMD_OPTIONS=--foo"])
+def test_a_hostile_node_tag_stops_the_boot_before_anything_starts(tmp_path: Path,
+                                                                  tag: str) -> None:
+    desc = loader.load_stack("lab", ROOT)
+    name, group = next(iter(desc.burst_groups.items()))
+    done = _boot(tmp_path, cloud.user_data(desc, name, group), NODE_TAG=tag, MUNGE_B64="eA==")
+    assert done.rc != 0 and "invalid Slurm node name tag" in done.stderr, done.stderr
+    assert not (tmp_path / "etc/default/slurmd").exists()
+    assert not (tmp_path / "etc/munge/munge.key").exists()
+    assert "systemctl" not in done.log("commands")
+    assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()
+
+
+def test_missing_tag_or_secret_fails_after_bounded_tries(tmp_path: Path) -> None:
+    desc = loader.load_stack("lab", ROOT)
+    name, group = next(iter(desc.burst_groups.items()))
+    script = cloud.user_data(desc, name, group)
+    no_tag = _boot(tmp_path / "tag", script, MUNGE_B64="eA==")
+    assert no_tag.rc != 0 and "no Slurm node name tag" in no_tag.stderr
+    assert no_tag.log("commands").count("sleep") == cloud.BOOT_ATTEMPTS
+    no_imds = _boot(tmp_path / "imds", script, IMDS_DOWN="1", NODE_TAG="n1")
+    assert no_imds.rc != 0 and no_imds.log("commands").count("sleep") == cloud.BOOT_ATTEMPTS
+    no_key = _boot(tmp_path / "key", script, NODE_TAG="lab-burst-1")
+    assert no_key.rc != 0
+    assert cloud.munge_secret_name(desc) in no_key.stderr
+    assert len(no_key.log("aws.calls").split()) == cloud.BOOT_ATTEMPTS
+    assert not (tmp_path / "key/etc/default/slurmd").exists()
+
+
+def test_hostile_description_values_reach_commands_as_single_words(tmp_path: Path) -> None:
+    # Validation refuses these; the script still quotes them (validation bypassed here).
+    desc = loader.load_stack("lab", ROOT)
+    name, group = next(iter(desc.burst_groups.items()))
+    pool = desc.pool.model_copy(update={"name": "p'$(touch PWNED)'\"; touch PWNED; #"})
+    desc = desc.model_copy(update={"pool": pool})
+    group = group.model_copy(update={"region": "eu-west-1 $(touch PWNED) `touch PWNED`"})
+    script = cloud.user_data(desc, name, group)
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True, timeout=30)
+    done = _boot(tmp_path, script, NODE_TAG="n1", MUNGE_B64="eA==")
+    assert done.rc == 0, done.stderr
+    args = done.log("aws.args").splitlines()
+    assert args[args.index("--region") + 1] == group.region
+    assert args[args.index("--secret-id") + 1] == cloud.munge_secret_name(desc)
+    assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()
