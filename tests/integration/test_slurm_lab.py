@@ -231,7 +231,10 @@ def test_interactive_preempts_deferred_which_is_requeued_and_completes(cluster):
     victim = victims[0]
     done = wait_for("the victim completed", lambda: (
         (recs := cluster.sacct(victim))[-1]["State"] == "COMPLETED" and recs), 180)
-    assert [r["State"] for r in done] == ["REQUEUED", "COMPLETED"]
+    # Either way it was requeued once and then finished: on a loaded host the job's own
+    # `scontrol requeue` may lose the race with GraceTime, and Slurm requeues it instead.
+    assert [r["State"] for r in done][1:] == ["COMPLETED"], done
+    assert done[0]["State"] in ("REQUEUED", "PREEMPTED"), done
     assert "restart=1" in cluster.output(victim)
     assert "checkpoint" in cluster.output(victim)
     requeued, final = (time.mktime(time.strptime(r, "%Y-%m-%dT%H:%M:%S"))
