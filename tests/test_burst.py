@@ -15,6 +15,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -27,7 +28,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from gpupool.lab import localaws
-from gpupool.onhost import burst
+from gpupool.onhost import burst, spot_watch
 from gpupool.render import cloud, slurm
 from gpupool.spec import loader
 
@@ -461,3 +462,212 @@ def test_a_new_instance_is_read_again_a_bounded_number_of_times(monkeypatch):
     with pytest.raises(ClientError):
         burst.address(burst.PoolEC2(never, "lab"), "i-1")
     assert never.calls == burst.DESCRIBE_TRIES
+
+
+# Spot interruptions: the watcher's record steers resume; suspend lifts its drain.
+
+ZONE_A, ZONE_B = "eu-west-1a", "eu-west-1b"
+
+
+def reason_line(node: str, state: str, reason: str, at: float) -> str:
+    """One line of burst.SINFO_REASONS' output, as sinfo prints it."""
+    return f"{node}|{time.strftime(burst.REASON_TIME, time.localtime(at))}|{state}|{reason}"
+
+
+def watcher_reason(kind: str, itype: str, zone: str) -> str:
+    """The reason the spot watcher itself writes."""
+    notice = (spot_watch.Notice("interruption", "2026-12-01T11:20:00Z", "terminate")
+              if kind == "interruption" else
+              spot_watch.Notice("rebalance", "2026-12-01T11:20:00Z"))
+    return notice.reason(itype, zone)
+
+
+def test_the_record_is_the_watchers():
+    assert burst.SPOT_RECORD.pattern == spot_watch.RECORD.pattern
+    assert burst.SPOT_RECORD.flags == spot_watch.RECORD.flags
+
+
+def test_spot_records_are_parsed_and_hostile_reasons_ignored():
+    now = time.time()
+    good = watcher_reason("interruption", "g6.12xlarge", ZONE_A)
+    text = "\n".join([
+        reason_line("l4-burst-0", "drained", good, now - 60),
+        # The same node again (it is in two partitions): one record.
+        reason_line("l4-burst-0", "drained", good, now - 60),
+        reason_line("l4-burst-1", "idle~", watcher_reason("rebalance", "g6.24xlarge", ZONE_B),
+                    now - 2 * burst.SPOT_AVOID_S),
+        # Not spot records: the gate's drain, an operator's, none.
+        reason_line("lab-gpu1", "drained", "gpupool-gate: nvidia-smi failed", now),
+        reason_line("lab-gpu2", "drained", "disk swap, ticket 42", now),
+        reason_line("x-0", "idle", "none", now),
+        # Hostile or malformed: never passed on.
+        reason_line("h-0", "drained", watcher_reason("interruption", "unknown", ZONE_A), now),
+        reason_line("h-1", "drained", watcher_reason("interruption", "g6.12xlarge",
+                                                     "unknown"), now),
+        reason_line("h-2", "drained", watcher_reason("interruption", 'g6.x"large', ZONE_A),
+                    now),
+        reason_line("h-3", "drained", watcher_reason("interruption", "g6.12xlarge",
+                                                     "eu-west-1a;reboot"), now),
+        reason_line("h-4", "drained", watcher_reason("interruption", "g6.12xlarge",
+                                                     "eu-west-1"), now),
+        reason_line("h-5", "drained", good + "; scontrol shutdown", now),
+        reason_line("h-6", "drained", "x " + good, now),
+        reason_line("-h-7", "drained", good, now),
+        reason_line("h-8", "drained;x", good, now),
+        f"h-9|yesterday|drained|{good}",
+        f"h-10|2026-13-01T00:00:00|drained|{good}",
+        f"h-11|drained|{good}",
+        "",
+    ])
+    records = burst.spot_records(text)
+    assert [(r.node, r.state, r.instance_type, r.zone) for r in records] == [
+        ("l4-burst-0", "drained", "g6.12xlarge", ZONE_A),
+        ("l4-burst-1", "idle~", "g6.24xlarge", ZONE_B)]
+    assert records[0].at == pytest.approx(now - 60, abs=1)
+    # Only the record within the window steers resume; rebalance counts like a notice.
+    assert burst.recently_interrupted(records, now) == {("g6.12xlarge", ZONE_A)}
+    assert burst.recently_interrupted(records, now, 3 * burst.SPOT_AVOID_S) == {
+        ("g6.12xlarge", ZONE_A), ("g6.24xlarge", ZONE_B)}
+
+
+def test_sinfo_is_asked_once_bounded_and_its_failure_is_no_record(monkeypatch):
+    ran = []
+
+    def fake(argv, **kw):
+        ran.append((argv, kw))
+        return subprocess.CompletedProcess(argv, 0, "l4-burst-0|x|idle|none\n", "")
+    monkeypatch.setattr(burst.subprocess, "run", fake)
+    assert burst.sinfo_reasons() == "l4-burst-0|x|idle|none\n"
+    (argv, kw), = ran
+    assert argv == ["sinfo", "--noheader", "--Node", "--format=%N|%H|%T|%E"]
+    assert kw["timeout"] == burst.COMMAND_TIMEOUT_S
+    assert kw["env"]["SLURM_TIME_FORMAT"] == "standard"
+
+    def missing(argv, **kw):
+        raise FileNotFoundError(argv[0])
+    monkeypatch.setattr(burst.subprocess, "run", missing)
+    assert burst.sinfo_reasons() == ""
+    monkeypatch.setattr(burst.subprocess, "run", lambda argv, **kw: (
+        subprocess.CompletedProcess(argv, 1, "", "slurm_load_node error")))
+    assert burst.sinfo_reasons() == ""
+
+
+def test_launch_order_avoids_interrupted_types_and_zones():
+    group = slurm.burst_config(loader.load_stack("lab"))["groups"][GROUP]
+    first, second = group["instance_types"]
+    where = [(z, {"AvailabilityZone": z}) for z in (ZONE_A, ZONE_B)]
+    both = [{"AvailabilityZone": ZONE_A}, {"AvailabilityZone": ZONE_B}]
+
+    def order(avoid):
+        return [(m, t, [w["AvailabilityZone"] for w in ws])
+                for m, t, ws in burst.launch_order(group, "l4-burst-0", where,
+                                                   frozenset(avoid))]
+    declared = [(m, t, [ZONE_A, ZONE_B]) for m in group["capacity"]
+                for t in group["instance_types"]]
+    assert order(set()) == declared
+    assert burst.launch_order(group, "l4-burst-0", where, frozenset())[0][2] == both
+    # The interrupted type goes behind the other, without the interrupted zone; the
+    # on-demand market (never interrupted) keeps the declared order.
+    assert order({(first, ZONE_A)}) == [
+        ("spot", second, [ZONE_A, ZONE_B]), ("spot", first, [ZONE_B]),
+        ("on-demand", first, [ZONE_A, ZONE_B]), ("on-demand", second, [ZONE_A, ZONE_B])]
+    # A type interrupted in every zone keeps them all (no fleet without a subnet).
+    assert order({(first, ZONE_A), (first, ZONE_B)})[:2] == [
+        ("spot", second, [ZONE_A, ZONE_B]), ("spot", first, [ZONE_A, ZONE_B])]
+    # Everything avoided: the declared order.
+    assert order({(t, z) for t in group["instance_types"] for z in (ZONE_A, ZONE_B)}) == (
+        declared)
+    # Pairs of types or zones the group does not have change nothing.
+    assert order({("p5.48xlarge", ZONE_A), (first, "us-east-1a")}) == declared
+
+
+def test_resume_avoids_a_recent_interruption(config, capacity_proxy, pool_subnets):
+    group = config["groups"][GROUP]
+    first, second = group["instance_types"]
+    subnet = {z: pool_subnets[("lab", "training", z)][0] for z in (ZONE_A, ZONE_B)}
+    # Without avoid (as the lab proof calls it): the declared order.
+    ec2 = ec2_of(config)
+    got = burst.resume(ec2, config, ["l4-burst-0"], update=quiet)
+    assert [(g.market, g.instance_type) for g in got] == [("spot", first)]
+    # The first type was interrupted in zone a: the second type first, then the first
+    # in zone b only; the fleets as asked, in order.
+    capacity_proxy.short = dict.fromkeys(group["instance_types"], ICE)
+    capacity_proxy.fleets.clear()
+    got = burst.resume(ec2, config, ["l4-burst-1"], update=quiet, release=quiet,
+                       avoid=frozenset({(first, ZONE_A)}))
+    assert got == []
+    assert [(f["TargetCapacitySpecification.DefaultTargetCapacityType"],
+             [(o["InstanceType"], o["SubnetId"]) for o in overrides(f)])
+            for f in capacity_proxy.fleets] == [
+        ("spot", [(second, subnet[ZONE_A]), (second, subnet[ZONE_B])]),
+        ("spot", [(first, subnet[ZONE_B])]),
+        ("on-demand", [(first, subnet[ZONE_A]), (first, subnet[ZONE_B])]),
+        ("on-demand", [(second, subnet[ZONE_A]), (second, subnet[ZONE_B])])]
+    # With capacity, the node launches as the second type.
+    capacity_proxy.short = {}
+    got = burst.resume(ec2, config, ["l4-burst-1"], update=quiet,
+                       avoid=frozenset({(first, ZONE_A)}))
+    assert [(g.market, g.instance_type) for g in got] == [("spot", second)]
+    # Everything interrupted: the declared order, in every zone.
+    burst.suspend(ec2, ["l4-burst-1"])
+    capacity_proxy.fleets.clear()
+    got = burst.resume(ec2, config, ["l4-burst-1"], update=quiet, avoid=frozenset(
+        {(t, z) for t in group["instance_types"] for z in (ZONE_A, ZONE_B)}))
+    assert [(g.market, g.instance_type) for g in got] == [("spot", first)]
+    assert [o["SubnetId"] for o in overrides(capacity_proxy.fleets[0])] == [
+        subnet[ZONE_A], subnet[ZONE_B]]
+
+
+def test_suspend_lifts_only_spot_drains(monkeypatch):
+    ran = []
+
+    def fake(argv, **kw):
+        ran.append((argv, kw))
+        if argv[2] == "nodename=l4-burst-2":
+            raise subprocess.CalledProcessError(1, argv)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+    monkeypatch.setattr(burst.subprocess, "run", fake)
+    now = time.time()
+    spot = watcher_reason("interruption", "g6.12xlarge", ZONE_A)
+    records = burst.spot_records("\n".join([
+        reason_line("l4-burst-2", "drained", spot, now),  # scontrol fails: goes on
+        reason_line("l4-burst-0", "drained~", spot, now),
+        reason_line("l4-burst-1", "idle~", spot, now),  # not drained (any more)
+        reason_line("l4-burst-3", "drained", spot, now),  # not suspended now
+        reason_line("l4-burst-4", "drained", "gpupool-gate: dcgm level 1 failed", now),
+        reason_line("l4-burst-5", "draining", "operator: spot check", now)]))
+    nodes = ["l4-burst-0", "l4-burst-1", "l4-burst-2", "l4-burst-4", "l4-burst-5"]
+    assert burst.clear_spot_drains(records, nodes) == ["l4-burst-0"]
+    assert [argv for argv, _ in ran] == [
+        ["scontrol", "update", "nodename=l4-burst-2", "state=undrain"],
+        ["scontrol", "update", "nodename=l4-burst-0", "state=undrain"]]
+    assert all(kw["timeout"] == burst.COMMAND_TIMEOUT_S for _, kw in ran)
+
+
+def test_the_program_reads_the_records_first(config, capacity_proxy, monkeypatch,
+                                             tmp_path: Path):
+    """main, as slurmctld runs it: sinfo's records steer resume; suspend lifts the spot
+    drain of the nodes it powered down, after terminating them."""
+    group = config["groups"][GROUP]
+    first, second = group["instance_types"]
+    cfg = tmp_path / "burst.json"
+    cfg.write_text(json.dumps(config))
+    sinfo = "\n".join([
+        reason_line("l4-burst-0", "drained",
+                    watcher_reason("interruption", first, ZONE_A), time.time() - 60),
+        reason_line("l4-burst-1", "drained", "gpupool-gate: nccl failed", time.time())])
+    ran = []
+
+    def fake(argv, **kw):
+        ran.append(argv)
+        return subprocess.CompletedProcess(argv, 0, sinfo if argv[0] == "sinfo" else "", "")
+    monkeypatch.setattr(burst.subprocess, "run", fake)
+    assert burst.main(["resume", "l4-burst-[0-1]", "--config", str(cfg)]) == 0
+    assert [overrides(f)[0]["InstanceType"] for f in capacity_proxy.fleets] == [second] * 2
+    assert ran[0][0] == "sinfo" and all(a[0] == "scontrol" for a in ran[1:])
+    assert not any("state=undrain" in a for a in ran)
+    ran.clear()
+    assert burst.main(["suspend", "l4-burst-[0-1]", "--config", str(cfg)]) == 0
+    assert burst.live_instances(ec2_of(config), group["nodes"]) == {}
+    assert ran == [burst.SINFO_REASONS,
+                   ["scontrol", "update", "nodename=l4-burst-0", "state=undrain"]]

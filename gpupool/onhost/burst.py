@@ -25,6 +25,21 @@ resume or suspend runs. An operator keeping the node out longer stops the timer
 Suspend terminates the node's instances: only those tagged with this pool and that node
 name, so another pool's nodes of the same name in the same account are never touched.
 
+Spot interruptions steer the next launch. The spot watcher on each spot node
+(gpupool/onhost/spot_watch.py) drains its node with a reason that records the instance
+type and zone (SPOT_RECORD, a copy of its RECORD). As a program (main), both actions first
+read every node's reason (`sinfo --Node`, see spot_records). Resume avoids each (type,
+zone) a spot record named within SPOT_AVOID_S: in the spot market such a type moves to
+the end of the order and its fleet leaves out the recorded zones while another zone
+remains (see launch_order); when everything is avoided the declared order stands, since
+a launch that may be interrupted beats none. A rebalance recommendation counts like an
+interruption notice: it is EC2 saying that same capacity pool is at elevated risk.
+Suspend then lifts the watcher's drain from the nodes it powered down (`scontrol update
+state=undrain`), and only a drain whose reason is a spot record: never an operator's or
+the acceptance gate's. The reason itself stays on the node (Slurm keeps it until another
+is set), so the record goes on steering resumes for its window. Called as functions (the
+lab proof does), resume avoids nothing unless told and suspend runs no Slurm command.
+
 This file runs on the controller with the system python3 and boto3 only (no gpupool
 import): the slurm role installs it as is. The configuration is the JSON the role writes
 from gpupool.render.slurm.burst_config(). Every value from it that ends up in a request,
@@ -36,12 +51,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import boto3
@@ -78,6 +95,28 @@ SEGMENT = re.compile(r"[a-z][a-z0-9-]{0,62}")
 TAG_KEY = re.compile(r"(?!aws:)[A-Za-z0-9 _.:/=+@-]{1,128}")
 TAG_VALUE = re.compile(r"[A-Za-z0-9 _.:/=+@-]{0,256}")
 MAX_BLACKOUT_S = 86400
+# sinfo's long node state: a name, "+"-joined flags, and its one-character suffix.
+NODE_STATE = re.compile(r"[a-z][a-z+]{0,62}[~*#!%$@^-]?")
+
+# gpupool/onhost/spot_watch.py's RECORD, copied because this file imports nothing of
+# gpupool; tests/test_burst.py keeps the two identical.
+SPOT_RECORD = re.compile(
+    r"gpupool: spot (?P<kind>interruption notice|rebalance recommendation)"
+    r"(?:, (?P<verb>terminating|stopping|hibernating))? at (?P<time>\S+) "
+    r"\[instance-type=(?P<instance_type>\S+) zone=(?P<zone>\S+)\]")
+# How long a spot record steers launches away from its type and zone: EC2 reclaims a
+# capacity pool in waves over hours rather than minutes, and after an hour the declared
+# order (the operator's preference) is worth trying again.
+SPOT_AVOID_S = 3600
+# Every node's reason, with slurmctld's time of it (in SLURM_TIME_FORMAT=standard, the
+# controller's local time) and state. `--Node` over all states rather than `-R`: -R lists
+# only down, drained and failed nodes, and the pool's slurm.conf (idle_on_node_suspend)
+# lifts the drain when a node powers down, so -R would lose the record at the first suspend
+# while the reason itself stays on the node.
+SINFO_REASONS = ["sinfo", "--noheader", "--Node", "--format=%N|%H|%T|%E"]
+REASON_TIME = "%Y-%m-%dT%H:%M:%S"
+# More lines than this is not the pool's sinfo (a node appears once per partition).
+MAX_SINFO_LINES = 100000
 
 
 @dataclass(frozen=True)
@@ -87,6 +126,16 @@ class Launched:
     instance_type: str
     market: str
     address: str
+
+
+@dataclass(frozen=True)
+class SpotRecord:
+    """A node whose reason is a spot watcher's record, every field checked."""
+    node: str
+    state: str  # sinfo's %T: "drained", "idle", "down~", ...
+    instance_type: str
+    zone: str
+    at: float  # when slurmctld set the reason, seconds since the epoch
 
 
 class NoCapacityError(RuntimeError):
@@ -202,22 +251,22 @@ def markets(group: dict[str, Any], node: str) -> list[str]:
     return list(declared)
 
 
-def subnets(ec2: PoolEC2, group: dict[str, Any]) -> list[dict[str, str]]:
+def subnets(ec2: PoolEC2, group: dict[str, Any]) -> list[tuple[str, dict[str, str]]]:
     """The pool's subnets of the group's segment in the group's zones, in zone order, as
-    fleet overrides. The Pulumi program tags each subnet with the pool and its segment
+    (zone, fleet override). The Pulumi program tags each subnet with the pool and its segment
     (infra/network.py) and launches a group into its segment's subnets (infra/burst.py)."""
     found = ec2.describe_subnets(Filters=[
         {"Name": f"tag:{POOL_TAG}", "Values": [ec2.pool]},
         {"Name": "tag:segment", "Values": [group["subnet_segment"]]},
         {"Name": "availability-zone", "Values": group["zones"]}])["Subnets"]
     by_zone = {s["AvailabilityZone"]: s["SubnetId"] for s in found}
-    return [{"SubnetId": by_zone[z]} for z in group["zones"] if z in by_zone]
+    return [(z, {"SubnetId": by_zone[z]}) for z in group["zones"] if z in by_zone]
 
 
 def placements(ec2: PoolEC2, config: dict[str, Any],
-               group: dict[str, Any]) -> list[dict[str, Any]]:
+               group: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """Where a fleet may put the node: one override per subnet, each in the group's
-    placement group when it has one."""
+    placement group when it has one; with its zone."""
     where = subnets(ec2, group)
     if not where:
         if not config.get("endpoint_url"):
@@ -229,11 +278,12 @@ def placements(ec2: PoolEC2, config: dict[str, Any],
         # A local EC2 stand-in (the lab's moto) has no network from the Pulumi program:
         # launch by zone, the template's networking deciding the rest.
         log.warning("no pool subnet at %s; launching by zone", config["endpoint_url"])
-        where = [{"AvailabilityZone": z} for z in group["zones"]]
+        where = [(z, {"AvailabilityZone": z}) for z in group["zones"]]
     if group["placement_group"]:
         # The lab's moto accepts a placement group and ignores it (the tests read it from
         # the request); EC2 places the instance in the group or reports no capacity.
-        where = [{**w, "Placement": {"GroupName": group["placement_group"]}} for w in where]
+        where = [(z, {**w, "Placement": {"GroupName": group["placement_group"]}})
+                 for z, w in where]
     return where
 
 
@@ -276,26 +326,47 @@ def address(ec2: PoolEC2, instance_id: str) -> str:
     return str(described["Reservations"][0]["Instances"][0].get("PrivateIpAddress", ""))
 
 
-def launch(ec2: PoolEC2, config: dict[str, Any], group: dict[str, Any], node: str) -> Launched:
-    """One instance for node: markets in order (see markets), then instance types in
-    their declared order, each an instant fleet over the group's subnets."""
-    where = placements(ec2, config, group)
-    tried = []
+def launch_order(group: dict[str, Any], node: str, where: list[tuple[str, dict[str, Any]]],
+                 avoid: frozenset[tuple[str, str]],
+                 ) -> list[tuple[str, str, list[dict[str, Any]]]]:
+    """(market, instance type, overrides) to try, in order: markets as markets() says,
+    types in their declared order, except that in the spot market a type with an avoided
+    zone moves behind the others and leaves those zones out while another remains. The
+    on-demand market is left alone: an interruption says a spot pool is being reclaimed,
+    nothing about on-demand capacity, and an on-demand instance is never interrupted."""
+    order = []
     for market in markets(group, node):
+        clear, avoided = [], []
         for itype in group["instance_types"]:
-            got = _fleet(ec2, group, node, market, itype, where=where)
-            if got.get("Instances"):
-                inst = got["Instances"][0]
-                iid = inst["InstanceIds"][0]
-                return Launched(node, iid, inst["InstanceType"], market, address(ec2, iid))
-            codes = {e.get("ErrorCode", "") for e in got.get("Errors", [])}
-            fatal = codes - CAPACITY_ERRORS
-            if fatal:
-                raise LaunchError(f"{node}: {market} {itype}: {sorted(fatal)}: "
-                                  f"{got['Errors']}")
-            code = ",".join(sorted(codes)) or "no instance"
-            log.warning("%s: %s %s: %s, trying the next", node, market, itype, code)
-            tried.append((market, itype, code))
+            kept = [w for z, w in where if market != "spot" or (itype, z) not in avoid]
+            if len(kept) == len(where):
+                clear.append((market, itype, kept))
+            else:  # never no zone at all: an interruptible launch beats none
+                avoided.append((market, itype, kept or [w for _, w in where]))
+        order += clear + avoided
+    return order
+
+
+def launch(ec2: PoolEC2, config: dict[str, Any], group: dict[str, Any], node: str,
+           avoid: frozenset[tuple[str, str]] = frozenset()) -> Launched:
+    """One instance for node along launch_order, each an instant fleet over the group's
+    subnets."""
+    tried = []
+    for market, itype, where in launch_order(group, node, placements(ec2, config, group),
+                                             avoid):
+        got = _fleet(ec2, group, node, market, itype, where=where)
+        if got.get("Instances"):
+            inst = got["Instances"][0]
+            iid = inst["InstanceIds"][0]
+            return Launched(node, iid, inst["InstanceType"], market, address(ec2, iid))
+        codes = {e.get("ErrorCode", "") for e in got.get("Errors", [])}
+        fatal = codes - CAPACITY_ERRORS
+        if fatal:
+            raise LaunchError(f"{node}: {market} {itype}: {sorted(fatal)}: "
+                              f"{got['Errors']}")
+        code = ",".join(sorted(codes)) or "no instance"
+        log.warning("%s: %s %s: %s, trying the next", node, market, itype, code)
+        tried.append((market, itype, code))
     raise NoCapacityError(node, tried)
 
 
@@ -318,9 +389,11 @@ def release_later(node: str, delay_s: int) -> None:
 
 def resume(ec2: PoolEC2, config: dict[str, Any], nodes: list[str],
            update: Callable[..., None] = scontrol,
-           release: Callable[[str, int], None] = release_later) -> list[Launched]:
+           release: Callable[[str, int], None] = release_later, *,
+           avoid: frozenset[tuple[str, str]] = frozenset()) -> list[Launched]:
     """Launch what is missing; a node that already has a live instance keeps it. A node
-    with no capacity anywhere is marked down for its group's blackout."""
+    with no capacity anywhere is marked down for its group's blackout. avoid: the (instance
+    type, zone) pairs recently interrupted (see recently_interrupted, launch_order)."""
     live = live_instances(ec2, nodes)
     launched = []
     for node in nodes:
@@ -329,7 +402,7 @@ def resume(ec2: PoolEC2, config: dict[str, Any], nodes: list[str],
             continue
         _, group = group_of(config, node)
         try:
-            got = launch(ec2, config, group, node)
+            got = launch(ec2, config, group, node, avoid)
         except NoCapacityError as exc:
             blackout = group["capacity_blackout_s"]
             until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + blackout))
@@ -355,6 +428,78 @@ def suspend(ec2: PoolEC2, nodes: list[str]) -> list[str]:
         ec2.terminate_instances(InstanceIds=ids)
     log.info("terminated %s for %s", ids, nodes)
     return ids
+
+
+def sinfo_reasons() -> str:
+    """SINFO_REASONS' output; empty when sinfo fails, since a launch in the declared order
+    (or a drain left for the operator) is better than a resume or suspend that fails."""
+    try:
+        out = subprocess.run(SINFO_REASONS, capture_output=True, text=True, check=False,
+                             timeout=COMMAND_TIMEOUT_S,
+                             env={**os.environ, "SLURM_TIME_FORMAT": "standard"})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("no spot records: %s", exc)
+        return ""
+    if out.returncode:
+        log.warning("no spot records: sinfo: %s", out.stderr.strip())
+        return ""
+    return out.stdout
+
+
+def spot_records(text: str) -> list[SpotRecord]:
+    """The nodes of SINFO_REASONS' output whose reason is a whole spot record, one per
+    node. Anything else (another reason, a value EC2 or Slurm would not give, a quote or
+    a separator anywhere) is skipped, so nothing a reason carries reaches a request or a
+    command unchecked."""
+    found: dict[str, SpotRecord] = {}
+    for line in text.splitlines()[:MAX_SINFO_LINES]:
+        fields = [f.strip() for f in line.split("|", 3)]
+        if len(fields) != 4:
+            continue
+        node, stamp, state, reason = fields
+        m = SPOT_RECORD.fullmatch(reason)
+        if not m:
+            continue
+        itype, zone = m["instance_type"], m["zone"]
+        if not (NODE_NAME.fullmatch(node) and INSTANCE_TYPE.fullmatch(itype)
+                and ZONE.fullmatch(zone) and NODE_STATE.fullmatch(state)):
+            log.warning("ignoring spot record %r", line)
+            continue
+        try:
+            at = datetime.strptime(stamp, REASON_TIME).timestamp()  # local, as sinfo's
+        except ValueError:
+            log.warning("ignoring spot record %r: time %r", line, stamp)
+            continue
+        found[node] = SpotRecord(node, state, itype, zone, at)
+    return list(found.values())
+
+
+def recently_interrupted(records: Iterable[SpotRecord], now: float,
+                         window_s: int = SPOT_AVOID_S) -> frozenset[tuple[str, str]]:
+    """The (instance type, zone) pairs of the records set within window_s of now."""
+    return frozenset((r.instance_type, r.zone) for r in records
+                     if abs(now - r.at) <= window_s)
+
+
+def clear_spot_drains(records: Iterable[SpotRecord], nodes: list[str],
+                      update: Callable[..., None] = scontrol) -> list[str]:
+    """Lift the watcher's drain from nodes just powered down, so an interrupted node can
+    be resumed again; only where the drain's reason is a spot record. `undrain` rather
+    than `resume`: on a node powering down, Slurm 22.05 makes `resume` cut SuspendTimeout
+    short, while undrain clears the drain flag alone and keeps the state and the reason.
+    One node's failure does not keep the others drained."""
+    cleared = []
+    for r in records:
+        if r.node not in nodes or "drain" not in r.state:
+            continue
+        try:
+            update(f"nodename={r.node}", "state=undrain")
+        except (OSError, subprocess.SubprocessError) as exc:
+            log.error("%s: spot drain not lifted: %s", r.node, exc)
+            continue
+        log.info("%s: spot drain lifted (%s %s)", r.node, r.instance_type, r.zone)
+        cleared.append(r.node)
+    return cleared
 
 
 def client(config: dict[str, Any], nodes: list[str]) -> PoolEC2:
@@ -383,12 +528,19 @@ def main(argv: list[str] | None = None) -> int:
     by_region: dict[str, list[str]] = {}
     for n in nodes:
         by_region.setdefault(group_of(config, n)[1]["region"], []).append(n)
+    # Read before anything is cleared or launched: the records steer resume, and suspend
+    # lifts only a drain whose reason it has just read as a spot record.
+    records = spot_records(sinfo_reasons())
+    avoid = recently_interrupted(records, time.time())
+    if avoid:
+        log.info("recent spot interruptions: %s", sorted(avoid))
     for region_nodes in by_region.values():
         ec2 = client(config, region_nodes)
         if args.action == "resume":
-            resume(ec2, config, region_nodes)
+            resume(ec2, config, region_nodes, avoid=avoid)
         else:
             suspend(ec2, region_nodes)
+            clear_spot_drains(records, region_nodes)
     return 0
 
 
