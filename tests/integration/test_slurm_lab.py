@@ -395,13 +395,10 @@ def test_burst_node_resumed_when_full_and_suspended_when_idle(cluster):
         cluster.sh(f"for i in $(seq 0 {GPUS_PER_NODE - 1}); do [ -e /dev/nvidia$i ] || "
                    f"mknod /dev/nvidia$i c 195 $i; done; mkdir -p /var/lib/slurm/slurmd; "
                    f"slurmd -b -N {node} --conf-server {ctl_addr}:{port}")
-        # Where slurmd caches what it fetched (22.05: /run/slurm/conf; later releases: the
-        # spool's conf-cache); removed afterwards.
-        caches = ("/run/slurm/conf", "/var/lib/slurm/slurmd/conf-cache")
-        stack.callback(cluster.sh, f"rm -rf {' '.join(caches)}", check=False)
-        wait_for("slurm.conf and gres.conf fetched from slurmctld", lambda: len(cluster.sh(
-            " ; ".join(f"ls {c}/slurm.conf {c}/gres.conf 2>/dev/null" for c in caches)
-            + "; true").split()) == 2, 30)
+        # What slurmd fetched is cached in its spool (22.05: SlurmdSpoolDir/conf-cache);
+        # removed afterwards.
+        cache = "/var/lib/slurm/slurmd/conf-cache"
+        stack.callback(cluster.sh, f"rm -rf {cache}", check=False)
         try:
             wait_for("the job on the cloud node", lambda: cluster.state(job) == "COMPLETED",
                      120)
@@ -409,6 +406,9 @@ def test_burst_node_resumed_when_full_and_suspended_when_idle(cluster):
             raise AssertionError(f"{e}\n{cluster.sh(f'scontrol show node {node}')}\n"
                                  f"{cluster.sh(f'scontrol show job {job}')}") from e
         cluster.figures["burst_resume_to_job_done_s"] = round(time.monotonic() - t0, 1)
+        fetched = cluster.sh(f"ls {cache} 2>/dev/null || true").split()
+        assert {"slurm.conf", "gres.conf"} <= set(fetched), (
+            fetched, cluster.sh("tail -20 /var/log/slurm/slurmd.log", check=False))
         assert cluster.job(job)["NodeList"] == node
         cluster.cancel_all()
         t1 = time.monotonic()
