@@ -438,3 +438,32 @@ def test_drain_and_resume_hooks(cluster):
     assert run("node_resume.yml") == 1
     wait_for("the node idle", lambda: cluster.node_states()[node] == "idle", 30)
     assert run("node_resume.yml") == 0
+
+
+def test_node_service_waits_for_the_job_then_takes_the_node_out(cluster):
+    """playbooks/node_service.yml on a node with a job running: drained with the service
+    reason, the job left to finish (not killed), slurmd stopped; a second run changes
+    nothing; back in service by starting slurmd and node_resume.yml (in a full pool,
+    onboard.yml, whose burn-in gate needs the roles this module does not converge)."""
+    node = burst.expand_hostlist(ONPREM)[0]
+    job = cluster.sbatch(f"-p {LOW}", f"-A {TEAMS[0]}", f"-w {node}", "--gpus=1", work=15)
+    wait_for("the job running", lambda: cluster.state(job) == "RUNNING", 60)
+
+    def run(name: str, *extra: str) -> int:
+        run = playbook("-e", f"node={node}", "-e", "admission_idle_delay=2", *extra, name=name)
+        assert run.rc == 0, run.output[-3000:]
+        return run.recap[node]["changed"]
+
+    try:
+        assert run("node_service.yml", "-e", "reason='RMA GPU 3'") > 0
+        assert cluster.sacct(job)[-1]["State"] == "COMPLETED"  # waited for, not killed
+        assert cluster.sh("systemctl is-active slurmd || true", node=node).strip() != "active"
+        state, reason = cluster.sh(f"sinfo -h -n {node} -o '%T|%E'").strip().split("|")
+        # drained, or down and drained once slurmctld notices slurmd gone (SlurmdTimeout)
+        assert state.startswith(("drain", "down")), state
+        assert reason == "gpupool-gate: service: RMA GPU 3", reason
+        assert run("node_service.yml", "-e", "reason='RMA GPU 3'") == 0
+    finally:
+        cluster.sh("systemctl start slurmd", node=node)
+        assert run("node_resume.yml") == 1
+    wait_for("the node idle", lambda: cluster.node_states()[node] == "idle", 60)
