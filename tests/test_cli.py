@@ -41,6 +41,9 @@ def test_stacks_resolve_in_the_project_found_from_the_working_folder(
     capsys.readouterr()
     assert cli.main(["validate", "--stack", "dev", "--json"]) == cli.EXIT_OK
     assert json.loads(capsys.readouterr().out)["valid"]
+    # The project's only stack is the default: a new project's verbs need no --stack.
+    assert cli.main(["validate", "--json"]) == cli.EXIT_OK
+    assert json.loads(capsys.readouterr().out)["valid"]
     # The checkout's own stacks are not this project's.
     assert cli.main(["validate", "--stack", "example"]) == cli.EXIT_INVALID
     assert "stacks: dev" in capsys.readouterr().err.replace("\n", "")

@@ -19,6 +19,8 @@ from gpupool.spec import connection, loader
 from gpupool.spec.errors import DescriptionError, Problem
 from gpupool.spec.model import Description
 
+DEFAULT_STACK = "lab"
+
 
 def project(args: argparse.Namespace) -> Path:
     """The pool project a command works in: --project, else the nearest folder from here
@@ -39,12 +41,20 @@ def project(args: argparse.Namespace) -> Path:
     return found
 
 
+def default_stack(root: Path) -> str:
+    """A project made by `gpupool init` has one stack, and its verbs should not need
+    --stack; with several, the lab's (a misspelled or missing one lists those that exist)."""
+    found = loader.stacks(root)
+    return found[0] if len(found) == 1 else DEFAULT_STACK
+
+
 def load(args: argparse.Namespace) -> Description:
     """The description; for a stack, its connection settings too (args.connection), checked
     by every verb as the description is."""
     args.connection = None
     if args.file:
         return loader.load_file(Path(args.file))
+    args.stack = args.stack or default_stack(args.project_root)
     desc, args.connection = connection.load(args.stack, args.project_root)
     return desc
 
@@ -84,7 +94,8 @@ def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
     for name, (help_, _, setup) in registry.COMMANDS.items():
         p = sub.add_parser(name, help=help_)
         src = p.add_mutually_exclusive_group()
-        src.add_argument("--stack", default="lab", help="stack name (default: lab)")
+        src.add_argument("--stack", help=f"stack name (default: the project's only stack, "
+                                         f"else {DEFAULT_STACK})")
         src.add_argument("--file", help="a description file instead of a stack")
         p.add_argument("--project", help="the pool project folder (default: the nearest "
                                          f"folder from here upwards with a {PROJECT_FILE})")
