@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 import bench
+from gpupool.preview.walk import walk
 
 RESULTS_MD = bench.ROOT / "bench" / "RESULTS.md"
 README = bench.ROOT / "README.md"
@@ -99,17 +100,6 @@ def load() -> dict[str, dict[str, Any]]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(bench.RESULTS.glob("*.json"))}
 
 
-def lookup(figures: Any, path: str) -> Any:
-    for part in path.split("."):
-        if isinstance(figures, list) and part.isdigit() and int(part) < len(figures):
-            figures = figures[int(part)]
-        elif isinstance(figures, dict) and part in figures:
-            figures = figures[part]
-        else:
-            return None
-    return figures
-
-
 def flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
     if isinstance(value, dict) and value:
         return [row for k, v in value.items()
@@ -153,7 +143,7 @@ def readme_block(data: dict[str, dict[str, Any]], figures: list[Figure] = HEADLI
     rows = ["| figure | value | from |", "| --- | ---: | --- |"]
     for what, name, paths, unit in figures:
         d = data.get(name)
-        values = [lookup(d["figures"], p) if d else None for p in paths.split()]
+        values = [walk(d["figures"], p) if d else None for p in paths.split()]
         shown = " / ".join("not measured" if v is None else f"{v:g}" if isinstance(v, float)
                            else str(v) for v in values)
         if unit and all(v is not None for v in values):

@@ -12,6 +12,7 @@ import pytest
 import bench
 from bench import report
 from bench.__main__ import names
+from gpupool.preview.walk import walk
 
 FILES = sorted(bench.RESULTS.glob("*.json"))
 
@@ -98,5 +99,5 @@ def test_every_runbook_figure_is_in_its_results_file() -> None:
             assert (bench.ROOT / "bench" / f"{results}.py").exists(), (name, results)
             if results in data:
                 missing = [p for p in paths.split()
-                           if report.lookup(data[results]["figures"], p) is None]
+                           if walk(data[results]["figures"], p) is None]
                 assert not missing, f"runbooks/{name}: {results}.json has no {missing}"

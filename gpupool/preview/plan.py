@@ -14,6 +14,7 @@ from typing import Any
 from rich.tree import Tree
 
 from gpupool.preview import pulumi_mock
+from gpupool.preview.walk import walk
 from gpupool.spec.model import Description
 
 STACK_TYPE = "pulumi:pulumi:Stack"
@@ -74,16 +75,9 @@ def declare(desc: Description, stack: str, *, last: bool = False) -> pulumi_mock
 
 
 def pick(inputs: dict[str, Any], path: str) -> Any:
-    value: Any = inputs
-    count = path.endswith("[]")
-    for part in path.removesuffix("[]").split("."):
-        if isinstance(value, list) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        elif isinstance(value, dict) and part in value:
-            value = value[part]
-        else:
-            return None
-    return len(value) if count and isinstance(value, list) else value
+    """The input at path; `path[]` is the length of the list there."""
+    value = walk(inputs, path.removesuffix("[]"))
+    return len(value) if path.endswith("[]") and isinstance(value, list) else value
 
 
 def key_inputs(type_: str, inputs: dict[str, Any]) -> dict[str, Any]:
