@@ -40,3 +40,31 @@ def test_bench_pool_widens_lab_to_five_gpu_nodes() -> None:
     assert len(gpu) == 5
     mgmt = [node.addresses["management"] for node in desc.nodes.values()]
     assert len(set(mgmt)) == len(mgmt) and all(a.startswith("10.251.") for a in mgmt)
+
+
+def test_mirror_carries_every_other_driver_build_debian_serves() -> None:
+    """Each package's build of each other nvidia-smi version; packages with a version
+    stream of their own (no build of that version) keep their one build."""
+    served = {
+        "nvidia-smi": ["535.309.01-0+deb12u1", "535.261.03-1"],
+        "libnvidia-ml1": ["535.309.01-0+deb12u1", "535.261.03-1"],
+        "nvidia-modprobe": ["535.309.01-0+deb12u1", "535.161.07-1~deb12u1"],
+        "nvidia-persistenced": ["535.171.04-1~deb12u1"],
+        "pciutils": ["1:3.9.0-4"],
+    }
+    assert mirror.other_builds(served, "535.309.01") == [
+        "libnvidia-ml1=535.261.03-1", "nvidia-smi=535.261.03-1"]
+    assert mirror.other_builds(served, "535.261.03") == [
+        "libnvidia-ml1=535.309.01-0+deb12u1", "nvidia-modprobe=535.309.01-0+deb12u1",
+        "nvidia-smi=535.309.01-0+deb12u1"]
+    assert mirror.other_builds({"nvidia-smi": ["535.309.01-0+deb12u1"]}, "535.309.01") == []
+
+
+def test_mirror_reads_the_driver_builds_it_carries(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    for name in ("nvidia-smi_535.309.01-0+deb12u1_amd64.deb",
+                 "nvidia-smi_535.261.03-1_amd64.deb", "libnvidia-ml1_535.216.03-1_amd64.deb",
+                 "datacenter-gpu-manager_1%3a3.3.9_amd64.deb"):
+        (pool / name).touch()
+    assert mirror.driver_versions(tmp_path) == ["535.261.03", "535.309.01"]

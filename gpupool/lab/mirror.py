@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import unquote
 
 import yaml
 
@@ -78,12 +79,45 @@ class PrivateApt:
     def download(self, packages: list[str], dest: Path) -> None:
         _run(["apt-get", *self.opts, "-qq", "download", *packages], cwd=dest)
 
+    def versions(self, packages: list[str]) -> dict[str, list[str]]:
+        """package -> every version the suites serve (apt-cache madison)."""
+        out: dict[str, list[str]] = {p: [] for p in packages}
+        for line in _run(["apt-cache", *self.opts, "madison", *packages]).splitlines():
+            fields = [f.strip() for f in line.split("|")]
+            if len(fields) == 3 and fields[0] in out and fields[1] not in out[fields[0]]:
+                out[fields[0]].append(fields[1])
+        return out
+
+
+def _upstream(debian_version: str) -> str:
+    """535.261.03-1 -> 535.261.03 (an epoch dropped)."""
+    return debian_version.split(":", 1)[-1].rsplit("-", 1)[0]
+
+
+def other_builds(versions: dict[str, list[str]], locked: str) -> list[str]:
+    """The name=version of every package's build of each other driver version Debian's
+    suites serve (a package with no build of that version, such as nvidia-modprobe or
+    nvidia-persistenced with their own version streams, keeps its one build)."""
+    others = sorted({_upstream(v) for v in versions.get("nvidia-smi", [])} - {locked})
+    return sorted(f"{pkg}={v}" for pkg, vs in versions.items() for v in vs
+                  if _upstream(v) in others)
+
+
+def driver_versions(mirror_root: Path) -> list[str]:
+    """The driver versions (nvidia-smi's upstream versions) a built mirror carries."""
+    return sorted({_upstream(unquote(d.name.split("_")[1]))
+                   for d in (mirror_root / "pool").glob("nvidia-smi_*.deb")})
+
 
 def nvidia_debs(desc: Description, base_packages: set[str], report: Callable[[str], None]
                 ) -> list[Path]:
-    """The driver packages and the dependencies a bare lab host lacks, cached by version."""
+    """The driver packages and the dependencies a bare lab host lacks, cached by version:
+    the locked build, and every other build of them that Debian's suites serve, so that an
+    upgrade and a rollback between two real driver versions can be run in the lab (the
+    locked one stays the only candidate: the role pins it)."""
     wanted = driver_packages()
-    key = hashlib.sha256(repr((wanted, sorted(base_packages))).encode()).hexdigest()[:12]
+    key = hashlib.sha256(repr((wanted, sorted(base_packages), "other-builds")).encode()
+                         ).hexdigest()[:12]
     cache = PROJECT_ROOT / ".cache" / "nvidia-debs" / f"{desc.software.nvidia_driver}-{key}"
     if not (cache / ".complete").exists():
         report(f"downloading NVIDIA {desc.software.nvidia_driver} packages from Debian non-free")
@@ -98,6 +132,9 @@ def nvidia_debs(desc: Description, base_packages: set[str], report: Callable[[st
         if not smi or not smi[0].name.startswith(f"nvidia-smi_{desc.software.nvidia_driver}-"):
             raise MirrorError(f"Debian non-free serves {[p.name for p in smi]}, the software "
                               f"lock says nvidia_driver {desc.software.nvidia_driver}")
+        others = other_builds(apt.versions(needed), desc.software.nvidia_driver)
+        if others:
+            apt.download(others, tmp)
         (tmp / ".complete").write_text("\n".join(needed) + "\n")
         shutil.rmtree(cache, ignore_errors=True)
         tmp.rename(cache)
