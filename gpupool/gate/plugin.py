@@ -6,6 +6,7 @@ the report keeps both, the check's duration and the action advised when it fails
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -37,6 +38,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="run only these suites (system, software, gpu, storage, network, ...)")
     g.addoption("--gate-exclude", action="append", default=[],
                 help="leave out checks whose id starts with this (recorded in the report)")
+    g.addoption("--gate-lock", action="append", default=[],
+                help="COMPONENT=VERSION expected instead of the description's lock")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -71,6 +74,9 @@ def node_expectation(config: pytest.Config) -> NodeExpect:
     if cached is None:
         desc = loader.load_file(Path(config.getoption("--gate-file")))
         cached = node_expect(desc, config.getoption("--gate-node"))
+        locks = dict(pair.split("=", 1) for pair in config.getoption("--gate-lock"))
+        if locks:  # checked by `gpupool gate --lock`
+            cached = dataclasses.replace(cached, software={**cached.software, **locks})
         config._gate_expect = cached  # type: ignore[attr-defined]
     return cached
 

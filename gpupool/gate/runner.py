@@ -61,7 +61,8 @@ def _could_not_run(node: str, tier: str, why: str) -> dict[str, Any]:
 
 
 def gate_node(description: Path, target: Target, tier: str, out_dir: Path, *,
-              suites: tuple[str, ...] = (), exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+              suites: tuple[str, ...] = (), exclude: tuple[str, ...] = (),
+              locks: tuple[str, ...] = ()) -> dict[str, Any]:
     report_path = out_dir / f"{target.node}.json"
     report_path.unlink(missing_ok=True)
     argv = [
@@ -70,7 +71,7 @@ def gate_node(description: Path, target: Target, tier: str, out_dir: Path, *,
         f"--gate-tier={tier}", f"--gate-report={report_path}",
         "-q", "-rN", "-p", "no:cacheprovider", f"--rootdir={SUITES}", "-o", "addopts=",
         "-c", str(SUITES / "pytest.ini"), *(f"--gate-suite={s}" for s in suites),
-        *(f"--gate-exclude={e}" for e in exclude),
+        *(f"--gate-exclude={e}" for e in exclude), *(f"--gate-lock={lk}" for lk in locks),
     ]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, env=suite_env(),
@@ -89,11 +90,12 @@ def gate_node(description: Path, target: Target, tier: str, out_dir: Path, *,
 def gate(description: Path, targets: list[Target], tier: str, out_dir: Path, *,
          on_done: Callable[[dict[str, Any]], None] = lambda r: None,
          parallel: int = 8, suites: tuple[str, ...] = (),
-         exclude: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+         exclude: tuple[str, ...] = (), locks: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     out_dir.mkdir(parents=True, exist_ok=True)
 
     def one(t: Target) -> dict[str, Any]:
-        report = gate_node(description, t, tier, out_dir, suites=suites, exclude=exclude)
+        report = gate_node(description, t, tier, out_dir, suites=suites, exclude=exclude,
+                           locks=locks)
         on_done(report)
         return report
 

@@ -153,3 +153,43 @@ def test_gpu_node_without_driver_fails_in_production(tmp_path: Path) -> None:
     assert rc == 1 and report["verdict"] == "fail"
     assert report["failed"] == ["gpu.driver_loaded"]
     assert report["action"] == "reboot"
+
+
+def _software_expectations(*args: str, out: Path) -> tuple[int, dict[str, str], str]:
+    proc = subprocess.run([GPUPOOL, "gate", "lab-gpu1", "--local", "--stack", "lab",
+                           "--suite", "software", "--out", str(out), "--json", *args],
+                          capture_output=True, text=True, timeout=120, check=False, cwd=ROOT)
+    if proc.returncode == 2:
+        return 2, {}, proc.stderr
+    checks = json.loads(proc.stdout)[0]["checks"]
+    return proc.returncode, {c["id"]: c["expected"]["version"] for c in checks
+                             if c["id"].startswith("software.locked_version_held")}, ""
+
+
+def test_gate_lock_overrides_the_expected_versions(tmp_path: Path) -> None:
+    """A rollback gates nodes on the previous lock: --lock replaces the description's
+    version for that component only."""
+    lock = loader.load_stack("lab", ROOT).software
+    _, plain, _ = _software_expectations(out=tmp_path / "a")
+    _, over, _ = _software_expectations("--lock", "nvidia_driver=535.261.03",
+                                        "--lock", "dcgm=3.3.8", out=tmp_path / "b")
+    driver, dcgm = ("software.locked_version_held[nvidia_driver]",
+                    "software.locked_version_held[dcgm]")
+    assert plain[driver] == lock.nvidia_driver and plain[dcgm] == lock.dcgm
+    assert (over[driver], over[dcgm]) == ("535.261.03", "3.3.8")
+    assert {k: v for k, v in over.items() if k not in (driver, dcgm)} == \
+        {k: v for k, v in plain.items() if k not in (driver, dcgm)}
+
+
+@pytest.mark.parametrize(("lock", "says"), [
+    ("nvidia_driver", "expected COMPONENT=VERSION"),
+    ("blocklist=1.0", "expected COMPONENT=VERSION"),
+    ("kernel=6.1", "expected COMPONENT=VERSION"),
+    ("nvidia_driver=535 .1", "String should match pattern"),
+    ("nvidia_driver=535.1;reboot", "String should match pattern"),
+])
+def test_gate_lock_refuses_what_is_not_a_component_version(tmp_path: Path, lock: str,
+                                                           says: str) -> None:
+    rc, _, stderr = _software_expectations("--lock", lock, out=tmp_path)
+    assert rc == 2 and says in " ".join(stderr.split()), stderr
+    assert "Traceback" not in stderr

@@ -6,13 +6,14 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from rich.table import Table
 
 from gpupool.cli.output import EXIT_USAGE, cell, emit_json, err, out
 from gpupool.cli.registry import command
 from gpupool.gate import runner
 from gpupool.gate.plugin import TIERS
-from gpupool.spec.model import Description
+from gpupool.spec.model import Description, Software
 
 DEFAULT_OUT = Path(".cache/gate")
 VERDICT_STYLE = {"pass": "green", "fail": "red", "could-not-run": "yellow"}
@@ -33,6 +34,26 @@ def _setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exclude", action="append", default=[],
                    help="leave out checks whose id starts with this, e.g. gpu.dcgm_diag "
                         "(the report lists what was left out)")
+    p.add_argument("--lock", action="append", default=[], metavar="COMPONENT=VERSION",
+                   help="expect this version of a locked component instead of the "
+                        "description's (repeatable; a rollback gates nodes on the previous "
+                        "lock)")
+
+
+def _locks(pairs: list[str], desc: Description) -> tuple[str, ...] | str:
+    """The --lock overrides as checked COMPONENT=VERSION pairs, or the problem."""
+    over: dict[str, str] = {}
+    for pair in pairs:
+        component, sep, version = pair.partition("=")
+        if not sep or component not in Software.model_fields or component == "blocklist":
+            return f"--lock {pair!r}: expected COMPONENT=VERSION, COMPONENT one of " \
+                   + ", ".join(f for f in Software.model_fields if f != "blocklist")
+        over[component] = version
+    try:
+        checked = Software.model_validate({**desc.software.model_dump(), **over})
+    except ValidationError as exc:
+        return "--lock: " + "; ".join(f"{e['loc'][0]}: {e['msg']}" for e in exc.errors())
+    return tuple(f"{c}={getattr(checked, c)}" for c in over)
 
 
 def _summary(reports: list[dict[str, Any]]) -> Table:
@@ -73,6 +94,10 @@ def cmd_gate(args: argparse.Namespace, desc: Description) -> int:
     if unknown:
         err.print(f"[red]unknown node(s)[/]: {', '.join(unknown)}")
         return EXIT_USAGE
+    locks = _locks(args.lock, desc)
+    if isinstance(locks, str):
+        err.print(cell(locks))
+        return EXIT_USAGE
     # The file the description was read from: the gate on each node reads it again.
     description = desc.source or Path(args.file)
     if args.local:
@@ -95,7 +120,8 @@ def cmd_gate(args: argparse.Namespace, desc: Description) -> int:
                           f"{report['verdict']}")
 
         reports = runner.gate(description.resolve(), targets, args.tier, args.out, on_done=progress,
-                              suites=tuple(args.suites), exclude=tuple(args.exclude))
+                              suites=tuple(args.suites), exclude=tuple(args.exclude),
+                              locks=locks)
     if args.json:
         emit_json(reports)
     else:
