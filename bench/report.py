@@ -74,7 +74,10 @@ RUNBOOK_FIGURES: dict[str, list[Figure]] = {
         ("drill: steps the victim lost", "drills", "preemption.steps_lost", "steps"),
     ],
     "driver-upgrade.md": [
-        ("rolling rollout over the lab's GPU nodes", "rolling_upgrade", "rollout_s", "s"),
+        ("upgrade to the lock, node by node, a job requeued", "rolling_upgrade",
+         "upgrade_s", "s"),
+        ("canary fails its gate: stopped and rolled back", "rolling_upgrade", "rollback_s",
+         "s"),
     ],
     "adding-and-removing-nodes.md": [
         ("one node, bare to admitted / re-run", "onboard",

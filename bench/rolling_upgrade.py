@@ -1,5 +1,7 @@
-"""The rolling driver upgrade on the lab with one node made to fail its gate: how long the
-rollout ran before it stopped, every node's Slurm state after it, and the drain reason.
+"""The rolling NVIDIA stack upgrade on the lab between two real driver builds (Debian 12's
+535.309.01 and 535.261.03): the whole pool moved to the other build in one batch, then the
+upgrade back to the lock node by node with a job requeued off the canary, then a rollout
+whose canary fails its gate and is rolled back.
 
 tests/integration/test_rolling_upgrade.py writes bench/results/rolling_upgrade.json; this
 runs it.
@@ -14,7 +16,10 @@ import sys
 import bench
 
 TEST = "tests/integration/test_rolling_upgrade.py"
-SHAPE = {"rollout_s": float, "states": {str: str}, "reason": str}
+# Seconds of whole playbook runs (every node's drain, install, gate and resume); the job's
+# sacct records in order; where and why the failing rollout stopped.
+SHAPE = {"from": str, "to": str, "nodes": int, "move_all_s?": float, "upgrade_s?": float,
+         "job_records?": [str], "rollback_s?": float, "stopped_at?": str, "why?": str}
 
 
 def main() -> int:
