@@ -74,6 +74,31 @@ def test_common_users_groups_and_sudo(hosts: dict[str, Any], lab_desc: Descripti
     assert "%gpupool-admin ALL=(ALL:ALL) ALL" in h.file("/etc/sudoers.d/gpupool").content_string
 
 
+def test_oncall_sudo_is_exact_commands_only(hosts: dict[str, Any], lab_desc: Description
+                                            ) -> None:
+    """On-call engineers restart the pool's services and reset GPUs with sudo, and nothing
+    else: the escapes a wildcard would open are refused (`sudo -l -U USER CMD` answers for a
+    command without running it), every rule runs NOEXEC, and they read the journal
+    without sudo."""
+    h = hosts["lab-gpu1"]
+    oncall = next(u for t in lab_desc.teams.values() for role, users in t.members.items()
+                  if role.value == "oncall" for u in users)
+
+    def allowed(cmd: str) -> bool:
+        return h.run(f"sudo -n -l -U {oncall} {cmd}").rc == 0
+
+    for cmd in ("/usr/bin/systemctl restart slurmd", "/usr/bin/nvidia-smi -r"):
+        assert allowed(cmd), cmd
+    for escape in ("/usr/bin/systemctl restart ssh", "/usr/bin/systemctl restart slurmd ssh",
+                   "/usr/bin/systemctl status slurmd", "/usr/bin/systemctl edit slurmd",
+                   "/usr/bin/journalctl", "/usr/bin/nvidia-smi -f /etc/shadow",
+                   "/usr/bin/nvidia-smi -r -f /etc/shadow", "/usr/bin/dcgmi diag -r 3",
+                   "/bin/sh", "/usr/bin/less /etc/shadow"):
+        assert not allowed(escape), escape
+    assert "NOEXEC" in h.run(f"sudo -n -l -U {oncall}").stdout
+    assert "systemd-journal" in h.user(oncall).groups
+
+
 # -- hardening ------------------------------------------------------------------------
 
 def test_sshd_keys_only_modern_ciphers(hosts: dict[str, Any]) -> None:

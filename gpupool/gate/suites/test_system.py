@@ -102,9 +102,12 @@ def test_team_groups(host, expect: NodeExpect, measure: Measure) -> None:  # typ
 
 @pytest.mark.action(Action.RECONFIGURE)
 def test_sudo_rules(host, measure: Measure) -> None:  # type: ignore[no-untyped-def]
-    # sudoers must parse, and on-call engineers get their limited rules.
+    # sudoers must parse, and on-call engineers get their limited rules: exact commands,
+    # run NOEXEC, no wildcard that would let them pick a unit, a file or a pager.
     check = host.run("visudo -c")
     rules = host.run("cat /etc/sudoers.d/gpupool").stdout
-    ok = check.rc == 0 and "%gpupool-oncall" in rules
-    measure({"visudo": check.rc, "oncall_rules": "%gpupool-oncall" in rules},
-            {"visudo": 0, "oncall_rules": True}, ok)
+    oncall = [ln for ln in rules.splitlines() if ln.startswith("%gpupool-oncall ")]
+    widened = [ln for ln in oncall if "NOEXEC:" not in ln or any(c in ln for c in "*?[\\")]
+    ok = check.rc == 0 and bool(oncall) and not widened
+    measure({"visudo": check.rc, "oncall_rules": bool(oncall), "widened": widened},
+            {"visudo": 0, "oncall_rules": True, "widened": []}, ok)
