@@ -2,12 +2,14 @@
 slurm.yml): the scheduler exporter runs as its own unprivileged user and what it serves
 agrees with Slurm's own view while jobs of two teams and three classes run, wait and
 finish and a node is drained; Prometheus (Debian's package) scrapes it with the project's
-rules loaded and agrees too; Alertmanager is ready. What is asserted is agreement, never
-a duration."""
+rules loaded and agrees too; a drained node's alert reaches a webhook receiver through
+Alertmanager and resolves when the node is back. What is asserted is agreement and
+delivery, never a duration (the delivery time is a figure: bench/monitoring_lab.py)."""
 
 from __future__ import annotations
 
 import json
+import time
 import urllib.parse
 from collections import Counter
 from typing import Any
@@ -15,10 +17,13 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpupool.lab import slurm_cluster
+import bench
+import bench.monitoring_lab
+from gpupool.lab import hosts, slurm_cluster
 from gpupool.render import slurm
 from gpupool.spec.facts import controller
 from gpupool.spec.model import Description
+from tests.integration.conftest import ansible_playbook
 
 pytestmark = pytest.mark.integration
 wait_for = slurm_cluster.wait_for
@@ -165,3 +170,94 @@ def test_prometheus_scrapes_the_pool_with_the_rules_loaded(pool: slurm_cluster.S
     names = set(json.loads(fetch(pool, PROMETHEUS, "/api/v1/label/__name__/values"))["data"])
     assert {"gpupool_slurm_up", "gpupool_node_state", "gpupool_node_gpus"} <= names
     fetch(pool, ALERTMANAGER, "/-/ready")  # an answer other than 200 raises
+
+
+# A webhook receiver on the controller: every POST body one line in a file.
+SINK_PORT = 9099
+SINK_LOG = "/run/gpupool-test-webhook.jsonl"
+SINK_SCRIPT = "/run/gpupool-test-webhook.py"
+SINK = f"""
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers['Content-Length']))
+        with open({SINK_LOG!r}, 'ab') as f:
+            f.write(body.replace(b'\\n', b' ') + b'\\n')
+        self.send_response(200)
+        self.end_headers()
+http.server.HTTPServer(('127.0.0.1', {SINK_PORT}), H).serve_forever()
+"""
+ALERT_FOR = "30s"
+
+
+def monitoring_role(s: slurm_cluster.SlurmLab, extra: dict[str, Any] | None = None) -> None:
+    """The monitoring role on the controller again, with extra variables (or none)."""
+    args = ["--tags", "monitoring", "--limit", controller(s.desc)]
+    if extra:
+        args += ["-e", json.dumps(extra)]
+    run = ansible_playbook(hosts.inventory_path(s.desc), "playbooks/slurm.yml", *args,
+                           timeout=600)
+    assert run.rc == 0, run.output[-4000:]
+
+
+def answer(s: slurm_cluster.SlurmLab, port: int, path: str) -> Any:
+    """fetch's JSON answer, or None while the service restarts."""
+    try:
+        return json.loads(fetch(s, port, path))
+    except (slurm_cluster.SlurmLabError, ValueError):
+        return None
+
+
+def webhook_alerts(s: slurm_cluster.SlurmLab) -> list[dict[str, Any]]:
+    text = s.sh(f"cat {SINK_LOG} 2>/dev/null || true")
+    return [a for line in text.splitlines() if line.strip()
+            for a in json.loads(line).get("alerts", [])]
+
+
+def test_a_drained_node_alerts_the_webhook_and_resolves(pool: slurm_cluster.SlurmLab) -> None:
+    """The role's Alertmanager route delivers NodeDrained to a webhook receiver (its `for:`
+    shortened to the lab's pace through monitoring_alert_for), and the alert resolves in
+    Alertmanager once the node is back. The role is played again as it was afterwards."""
+    onprem = [n.name for n in slurm.nodes(pool.desc) if not n.cloud]
+    node = onprem[0]
+    # A file, not `python3 -c "..."`: a shell's double quotes keep \n as two characters.
+    pool.write(SINK_SCRIPT, SINK)
+    pool.sh(f"rm -f {SINK_LOG}; systemd-run --unit gpupool-test-webhook --collect "
+            f"python3 {SINK_SCRIPT}")
+    try:
+        monitoring_role(pool, {"monitoring_webhook_warning":
+                               f"http://127.0.0.1:{SINK_PORT}/alerts",
+                               "monitoring_alert_for": {"NodeDrained": ALERT_FOR}})
+        wait_for("Prometheus back with the shortened rule", lambda: any(
+            r.get("name") == "NodeDrained" and r.get("duration") == 30
+            for g in ((answer(pool, PROMETHEUS, "/api/v1/rules") or {}).get("data") or {}
+                      ).get("groups", [])
+            for r in g["rules"]), 90)
+        t0 = time.monotonic()
+        pool.sh(f"scontrol update nodename={node} state=drain reason=alert-proof")
+        try:
+            firing = wait_for("NodeDrained at the webhook", lambda: [
+                a for a in webhook_alerts(pool) if a["labels"].get("alertname") == "NodeDrained"
+                and a["labels"].get("node") == node and a["status"] == "firing"], 300)
+            drain_to_webhook = round(time.monotonic() - t0, 1)
+            assert firing[0]["labels"]["severity"] == "warning"
+            assert firing[0]["annotations"]["runbook"] == "runbooks/node-failure.md"
+        finally:
+            pool.sh(f"scontrol update nodename={node} state=resume")
+        t1 = time.monotonic()
+
+        def resolved() -> bool:
+            alerts = answer(pool, ALERTMANAGER, "/api/v2/alerts?active=true")
+            return alerts is not None and not [
+                a for a in alerts if a["labels"].get("alertname") == "NodeDrained"
+                and a["labels"].get("node") == node]
+
+        wait_for("NodeDrained resolved in Alertmanager", resolved, 300)
+        bench.write("monitoring_lab", {
+            "alert": "NodeDrained", "alert_for": ALERT_FOR, "scrape_interval": "15s",
+            "group_wait": "30s", "drain_to_webhook_s": drain_to_webhook,
+            "resume_to_resolved_s": round(time.monotonic() - t1, 1)},
+            f"pytest -m integration {bench.monitoring_lab.TEST}")
+    finally:
+        pool.sh(f"systemctl stop gpupool-test-webhook; rm -f {SINK_SCRIPT}", check=False)
+        monitoring_role(pool)
