@@ -16,10 +16,17 @@ import subprocess
 import sys
 
 
+class SacctmgrError(Exception):
+    """sacctmgr failed: its command and what it said, for the role's task output."""
+
+
 def sacctmgr(*args: str) -> list[list[str]]:
-    out = subprocess.run(["sacctmgr", "-n", "-P", *args], check=True, capture_output=True,
-                         text=True).stdout
-    return [line.split("|") for line in out.splitlines() if line.strip()]
+    proc = subprocess.run(["sacctmgr", "-n", "-P", *args], capture_output=True, text=True,
+                          timeout=60, check=False)
+    if proc.returncode != 0:
+        said = " ".join((proc.stderr or proc.stdout).split())[-500:]
+        raise SacctmgrError(f"sacctmgr {' '.join(args)}: exit {proc.returncode}: {said}")
+    return [line.split("|") for line in proc.stdout.splitlines() if line.strip()]
 
 
 def seconds(value: str) -> int:
@@ -127,7 +134,11 @@ def main() -> int:
     with open(args.plan) as f:
         plan = json.load(f)
     applier = Applier(plan, args.check)
-    getattr(applier, args.phase)()
+    try:
+        getattr(applier, args.phase)()
+    except (SacctmgrError, subprocess.TimeoutExpired) as exc:
+        print(f"gpupool_sacct_apply: {exc}", file=sys.stderr)
+        return 1
     print(json.dumps({"changed": bool(applier.actions), "actions": applier.actions}))
     return 0
 
