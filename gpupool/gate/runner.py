@@ -20,6 +20,8 @@ from gpupool.gate.plugin import COULD_NOT_RUN, FAIL, PASS
 from gpupool.paths import ANSIBLE_CONFIG
 
 SUITES = Path(__file__).resolve().parent / "suites"
+# The suites a gate can be limited to (--suite): one file each, suites/test_<name>.py.
+SUITE_NAMES = tuple(sorted(p.stem.removeprefix("test_") for p in SUITES.glob("test_*.py")))
 CONTROL_PATH_DIR = Path.home() / ".ansible" / "cp"  # Ansible's and testinfra's default
 # Bounds on one node's run; past them the node could not be gated.
 TIER_TIMEOUT_S = {"quick": 180, "standard": 900, "burn-in": 3600}

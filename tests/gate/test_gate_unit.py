@@ -193,3 +193,11 @@ def test_gate_lock_refuses_what_is_not_a_component_version(tmp_path: Path, lock:
     rc, _, stderr = _software_expectations("--lock", lock, out=tmp_path)
     assert rc == 2 and says in " ".join(stderr.split()), stderr
     assert "Traceback" not in stderr
+
+
+def test_a_misspelt_suite_is_refused_not_an_empty_pass(tmp_path: Path) -> None:
+    proc = subprocess.run([GPUPOOL, "gate", "lab-gpu1", "--local", "--stack", "lab",
+                           "--suite", "sytem", "--out", str(tmp_path)], capture_output=True,
+                          text=True, timeout=60, check=False, cwd=ROOT)
+    assert proc.returncode == 2 and "invalid choice: 'sytem'" in proc.stderr, proc.stderr
+    assert set(runner.SUITE_NAMES) == {"system", "software", "gpu", "storage", "network"}

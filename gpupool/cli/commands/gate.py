@@ -29,8 +29,9 @@ def _setup(p: argparse.ArgumentParser) -> None:
                    help="gate this machine itself as NODE (how GPU hosts run the GPU tier)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="report directory")
     p.add_argument("--suite", action="append", default=[], dest="suites",
-                   help="run only this suite (repeatable): system, software, gpu, storage, "
-                        "network, scheduler")
+                   choices=runner.SUITE_NAMES,
+                   help="run only this suite (repeatable; a misspelt one is refused, not "
+                        "an empty gate that passes)")
     p.add_argument("--exclude", action="append", default=[],
                    help="leave out checks whose id starts with this, e.g. gpu.dcgm_diag "
                         "(the report lists what was left out)")
