@@ -28,8 +28,7 @@ from gpupool.lab import hosts as lab_mod
 from gpupool.lab import localaws, slurm_cluster
 from gpupool.onhost import burst
 from gpupool.paths import PROJECT_ROOT
-from gpupool.render import inventory, slurm
-from gpupool.spec import loader
+from gpupool.render import slurm
 from gpupool.spec.facts import controller, rack_places
 from tests.conftest import lab_description
 from tests.integration.conftest import Run, ansible_playbook
@@ -468,56 +467,3 @@ def test_node_service_waits_for_the_job_then_takes_the_node_out(cluster):
         cluster.sh("systemctl start slurmd", node=node)
         assert run("node_resume.yml") == 1
     wait_for("the node idle", lambda: cluster.node_states()[node] == "idle", 60)
-
-
-def test_decommission_takes_the_node_out_of_slurm_and_keeps_its_accounting(cluster):
-    """playbooks/decommission.yml on a node with a job running, then the documented second
-    half: the node deleted from the description and slurm.yml run again. The job is waited
-    for, the node's slurmd and munge are stopped and disabled, the controller keeps a
-    record; a second run changes nothing; the next render (inventory, slurm.conf) has no
-    such node, Slurm no longer lists it, and its job's accounting is still there. Put back
-    by running slurm.yml with the whole description."""
-    node = burst.expand_hostlist(ONPREM)[-1]
-    raw = yaml.safe_load(loader.description_path("lab").read_text())
-    del raw["nodes"][node]
-    without = loader.parse(raw)
-    vars_without = lab_mod.lab_dir(DESC) / "slurm-vars-decommissioned.yml"
-    vars_without.write_text(yaml.safe_dump({"gpupool_slurm": slurm.plan(without)}))
-    record = f"/var/lib/gpupool/admission/{node}.json"
-    job = cluster.sbatch(f"-p {LOW}", f"-A {TEAMS[0]}", f"-w {node}", "--gpus=1", work=15)
-    wait_for("the job running", lambda: cluster.state(job) == "RUNNING", 60)
-
-    def decommission() -> int:
-        run = playbook("-e", f"node={node}", "-e", "admission_idle_delay=2",
-                       name="decommission.yml")
-        assert run.rc == 0, run.output[-3000:]
-        return run.recap[node]["changed"]
-
-    try:
-        assert decommission() > 0
-        assert cluster.sacct(job)[-1]["State"] == "COMPLETED"  # waited for, not killed
-        for unit in ("slurmd", "munge"):
-            assert cluster.sh(f"systemctl is-active {unit} || true", node=node).strip() \
-                != "active", unit
-            assert cluster.sh(f"systemctl is-enabled {unit} || true", node=node).strip() \
-                == "disabled", unit
-        assert json.loads(cluster.sh(f"cat {record}"))["verdict"] == "decommissioned"
-        assert decommission() == 0
-        assert node not in json.dumps(inventory.build(without, {}))
-        run = playbook("-e", f"@{vars_without}", "--limit", f"all:!{node}")
-        assert run.rc == 0, [ln for ln in run.output.splitlines()
-                             if "fatal" in ln or "sacctmgr" in ln][-20:]
-        # slurmctld restarted with the new slurm.conf: bounded wait until it answers.
-        wait_for("the node gone from Slurm",
-                 lambda: node not in cluster.sh("sinfo -h -N -o %N", check=False).split(), 60)
-        kept = cluster.sacct(job)[-1]
-        assert (kept["State"], kept["NodeList"]) == ("COMPLETED", node), kept
-    finally:
-        run = playbook()
-        assert run.rc == 0, run.output[-3000:]
-        vars_without.unlink(missing_ok=True)
-        cluster.sh(f"rm -f {record}")
-    wait_for("the node back in Slurm",
-             lambda: node in cluster.sh("sinfo -h -N -o %N", check=False).split(), 60)
-    cluster.sh(f"scontrol update nodename={node} state=resume || true")
-    wait_for("the node idle", lambda: cluster.node_states()[node] == "idle", 120)
