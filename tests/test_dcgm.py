@@ -23,7 +23,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpupool.lab import mirror
-from gpupool.spec import loader
+from gpupool.spec import catalog, loader
 from tests.conftest import ROOT
 
 DCGM = ROOT / "roles" / "dcgm"
@@ -306,3 +306,14 @@ def test_fixture_exporter_labels_gpus_with_their_jobs(exporter: tuple[str, Path,
         assert _run(parts["epilog"], {**env, "SLURM_JOB_ID": job}).returncode == 0
     _, _, labels, _ = _scrape(url)["DCGM_FI_DEV_GPU_UTIL"]
     assert [x.get("hpc_job") for x in labels] == [None, None]
+
+
+def test_exporter_ports_are_the_ones_validation_wants_open() -> None:
+    """Validation requires a management flow carrying the exporters' ports
+    (management-metrics-flow): they are the roles' and the monitoring role's own."""
+    node = yaml.safe_load((ROOT / "roles/node_exporter/defaults/main.yml").read_text())
+    mon = yaml.safe_load((ROOT / "roles/monitoring/defaults/main.yml").read_text())
+    assert node["node_exporter_port"] == mon["monitoring_node_exporter_port"] \
+        == catalog.NODE_EXPORTER_PORT
+    assert DEFAULTS["dcgm_exporter_port"] == mon["monitoring_dcgm_exporter_port"] \
+        == catalog.DCGM_EXPORTER_PORT

@@ -14,10 +14,12 @@ from itertools import combinations
 
 from gpupool.spec import mig
 from gpupool.spec.catalog import (
+    DCGM_EXPORTER_PORT,
     GPU_MODELS,
     INSTANCE_TYPES,
     MIG_GEOMETRIES,
     MOUNT_OPTIONS,
+    NODE_EXPORTER_PORT,
     RESERVED_NAMESPACES,
     RESERVED_SLURM_NAMES,
     RESERVED_USERS,
@@ -258,6 +260,28 @@ def network(desc: Description) -> Iterator[Problem]:
         if flow.protocol != "all" and not flow.ports:
             yield Problem(f"{path}.ports", "ports-required",
                           "tcp and udp flows must list their ports", [])
+
+
+@rule("network", "node_classes")
+def metrics_flow(desc: Description) -> Iterator[Problem]:
+    """Prometheus on the controller scrapes every node's exporters on its management
+    address: without a management-to-management flow carrying their ports the firewall
+    drops the scrapes, every target is down and the dashboards are empty."""
+    if "management" not in desc.network.segments:
+        return
+    gpus = any(c.gpu is not None for c in desc.node_classes.values())
+    want = {NODE_EXPORTER_PORT} | ({DCGM_EXPORTER_PORT} if gpus else set())
+    for f in desc.network.flows:
+        if f.from_ == "management" and f.to == "management":
+            if f.protocol == "all":
+                return
+            if f.protocol == "tcp":
+                want -= set(f.ports)
+    if want:
+        yield Problem("network.flows", "management-metrics-flow",
+                      "a management-to-management flow must carry the exporters' ports "
+                      f"(tcp {', '.join(map(str, sorted(want)))}): Prometheus on the "
+                      "controller scrapes each node on its management address", None)
 
 
 # The Amazon side's default ASN (a virtual private gateway's) and AS_TRANS (RFC 6793): a
