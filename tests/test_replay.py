@@ -55,6 +55,9 @@ def test_baseline_pins_nodes_to_their_owners() -> None:
     assert "SchedulerType=sched/builtin" in conf and "PreemptType=preempt/none" in conf
     assert "PartitionName=vision Nodes=lab-gpu[1-2] " in conf
     assert "PartitionName=nlp Nodes=lab-gpu3 " in conf
+    # Marked once, however often it is applied: going back to gpupool's policy knows.
+    assert conf.splitlines()[0] == replay_run.BASELINE_MARK
+    assert replay_run.baseline_conf(desc, conf).count(replay_run.BASELINE_MARK) == 1
 
 
 def test_a_job_wider_than_a_team_owns_is_a_baseline_figure_not_a_crash() -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from gpupool.workload import trace
 from gpupool.workload.audit import TraceError
+from tests.conftest import lab_description
 from tests.test_audit import TRACE
 
 
@@ -52,3 +53,14 @@ def test_an_alibaba_sample_can_be_made_to_saturate_the_pool() -> None:
     assert trace.offered_load(dense, 12, 150) == pytest.approx(1.6)
     with pytest.raises(trace.TraceError, match="capacity"):
         trace.sample_alibaba(TRACE, ["vision"], jobs=10, horizon_s=10, max_gpus=4, load=1.0)
+
+
+def test_the_lab_replay_sample_mixes_the_three_classes() -> None:
+    """The sample tests/integration/test_replay_lab.py replays (24 pods over 45 s at load
+    1.5, seed 1) holds every task class, so preemption has work to take back and work that
+    takes it."""
+    desc = lab_description()
+    jobs = trace.sample_alibaba(TRACE, list(desc.teams), jobs=24, horizon_s=45, max_gpus=4,
+                                load=1.5, capacity_gpus=12)
+    assert {j.task_class for j in jobs} == set(desc.task_classes)
+    assert trace.offered_load(jobs, 12, 45) == pytest.approx(1.5, rel=1e-3)

@@ -29,6 +29,9 @@ POLICIES = ("gpupool", "baseline")
 MIN_JOB_S = 5.0  # accounting has 1 s resolution
 LEAD_S = 8.0  # submission finishes before the first job is eligible
 CONF = "/etc/slurm/slurm.conf"
+# The baseline's slurm.conf says what it is, so that going back to gpupool's policy
+# replays the slurm role (minutes) only when the baseline is in force.
+BASELINE_MARK = "# gpupool replay: manual-allocation baseline (slurm.yml restores the policy)"
 # Lines of slurm.conf the baseline replaces.
 _POLICY_KEYS = re.compile(r"^(PartitionName|PreemptType|PreemptMode|SchedulerType|"
                           r"PriorityType|PriorityWeight\w*)=")
@@ -59,8 +62,10 @@ def baseline_conf(desc: Any, current: str) -> str:
             owners.setdefault(node.owner_team, []).append(name)
     if not owners:
         raise SlurmLabError("the baseline pins nodes to teams: set owner_team on the nodes")
-    kept = [ln for ln in current.splitlines() if not _POLICY_KEYS.match(ln)]
+    kept = [ln for ln in current.splitlines()
+            if not _POLICY_KEYS.match(ln) and ln != BASELINE_MARK]
     return "\n".join([
+        BASELINE_MARK,
         *kept,
         "SchedulerType=sched/builtin",
         "PriorityType=priority/basic",
@@ -79,13 +84,19 @@ def _restart_all(s: SlurmLab) -> None:
 
 
 def use_policy(s: SlurmLab, policy: str) -> None:
+    """Put the lab on a policy: gpupool's is the slurm role's own configuration (played
+    again, unless the baseline was never put in its place), the baseline is written over
+    it on every node."""
+    current = s.sh(f"cat {CONF}")
     if policy == "gpupool":
+        if BASELINE_MARK not in current.splitlines():
+            return
         proc = playbook(s.desc, "slurm.yml")  # the role restores its own configuration
         if proc.returncode != 0:
             raise SlurmLabError(f"slurm.yml failed: {proc.stdout[-3000:]}")
         _restart_all(s)
         return
-    conf = baseline_conf(s.desc, s.sh(f"cat {CONF}"))
+    conf = baseline_conf(s.desc, current)
     for node in s.desc.nodes:
         s.write(CONF, conf, node=node)
     _restart_all(s)
