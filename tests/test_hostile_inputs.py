@@ -119,6 +119,12 @@ def test_every_verb_turns_bad_files_into_problems(tmp_path: Path, verb: str,
     ["validate", "--stack", "no-such-stack"],
     ["validate", "--stack", "../../etc/passwd"],
     ["audit", "--stack", "lab", "--wait-target", "soon"],
+    # Refused before the lab is touched (an unknown policy once ran as the baseline).
+    *(["replay", "--stack", "lab", *bad] for bad in (
+        ["--jobs", "-5"], ["--jobs", "0"], ["--jobs", "1e9"], ["--jobs", "20000"],
+        ["--horizon", "nan"], ["--horizon", "-1"], ["--load", "inf"], ["--speedup", "0"],
+        ["--timeout", "-3"], ["--policies", "nope"], ["--policies", ","],
+        ["--policies", "gpupool,baseline,x"])),
     ["frobnicate"],
 ])
 def test_bad_arguments_and_unwritable_outputs(argv: list[str],

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from gpupool.cli.numbers import positive_float, positive_int
 from gpupool.cli.output import EXIT_INVALID, EXIT_OK, cell, emit_json, err, out
 from gpupool.cli.registry import command
 from gpupool.exercise import replay_run
@@ -23,22 +24,49 @@ def _setup(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--trace", type=Path, help=f"a trace file ({','.join(trace.HEADER)})")
     src.add_argument("--alibaba", type=Path, help="sample the Alibaba GPU trace (pod list)")
-    p.add_argument("--jobs", type=int, default=60, help="synthetic or sampled jobs")
-    p.add_argument("--horizon", type=float, default=120.0,
+    p.add_argument("--jobs", type=_jobs, default=60,
+                   help=f"synthetic or sampled jobs (1 to {MAX_JOBS})")
+    p.add_argument("--horizon", type=positive_float, default=120.0,
                    help="seconds over which the jobs arrive (trace time)")
-    p.add_argument("--load", type=float, default=None,
+    p.add_argument("--load", type=positive_float, default=None,
                    help="offered load while the jobs arrive; above 1 saturates the pool "
                         "(synthetic default 1.6; a trace sample keeps its own pace unless "
                         "given)")
     p.add_argument("--seed", type=int, default=1,
                    help="random seed of the synthetic trace or the trace sample")
-    p.add_argument("--speedup", type=float, default=1.0, help="trace seconds per wall second")
-    p.add_argument("--policies", default=",".join(replay_run.POLICIES),
-                   help="the policies to replay under, comma-separated")
-    p.add_argument("--timeout", type=float, default=900.0,
+    p.add_argument("--speedup", type=positive_float, default=1.0,
+                   help="trace seconds per wall second")
+    p.add_argument("--policies", type=_policies, default=list(replay_run.POLICIES),
+                   help="the policies to replay under, comma-separated, of "
+                        f"{', '.join(replay_run.POLICIES)} (default: both)")
+    p.add_argument("--timeout", type=positive_float, default=900.0,
                    help="seconds to wait for each policy's jobs to finish")
     p.add_argument("--out", type=Path, default=Path(".cache/replay"),
                    help="the report's folder: replay.md, replay.json and the plots")
+
+
+# Each job is one sbatch on the lab's controller: more than this is not a replay the lab
+# can run inside the policy timeout.
+MAX_JOBS = 10_000
+
+
+def _jobs(text: str) -> int:
+    jobs = positive_int(text)
+    if jobs > MAX_JOBS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_JOBS} jobs: {jobs}")
+    return jobs
+
+
+def _policies(text: str) -> list[str]:
+    """Policies by name, each once: an unknown one is a usage error, never run as if it
+    were the baseline."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in replay_run.POLICIES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown policy {', '.join(unknown) or '(none)'}; choose from "
+            f"{', '.join(replay_run.POLICIES)}")
+    return list(dict.fromkeys(names))
 
 
 def _capacity(desc: Description) -> tuple[int, int]:
@@ -74,7 +102,7 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
     def report(msg: str) -> None:
         err.print(f"[dim]{time.monotonic() - start:6.1f}s[/] {msg}", highlight=False)
 
-    policies = args.policies.split(",")
+    policies = args.policies
     runs, metrics, waits, t0 = {}, {}, {}, {}
     with hosts.lab_lock():
         s, _ = slurm_cluster.bring_up(desc, report=report)
