@@ -119,10 +119,15 @@ class Applier:
         assoc = {r[0]: r for r in sacctmgr("show", "assoc", f"cluster={cluster}", "user=",
                                            "format=account,user,grptres") if not r[1]}
         for lim in self.plan["limits"]:
-            have = assoc.get(lim["account"], ["", "", ""])
-            if tres(have[2]) != tres(lim["GrpTRES"]):
+            have = tres(assoc.get(lim["account"], ["", "", ""])[2])
+            want = tres(lim["GrpTRES"])
+            if have != want:
+                # sacctmgr's set leaves the TRES it is not given as they were: a limit the
+                # plan no longer holds (a MIG quota removed) is cleared with -1.
+                value = ",".join([lim["GrpTRES"],
+                                  *(f"{k}=-1" for k in sorted(have) if k not in want)])
                 self.run("modify", "account", "where", f"name={lim['account']}",
-                         f"cluster={cluster}", "set", f"GrpTRES={lim['GrpTRES']}")
+                         f"cluster={cluster}", "set", f"GrpTRES={value}")
 
 
 def main() -> int:
