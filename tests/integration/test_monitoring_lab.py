@@ -3,7 +3,8 @@ slurm.yml): the scheduler exporter runs as its own unprivileged user and what it
 agrees with Slurm's own view while jobs of two teams and three classes run, wait and
 finish and a node is drained; Prometheus (Debian's package) scrapes it with the project's
 rules loaded and agrees too; a drained node's alert reaches a webhook receiver through
-Alertmanager and resolves when the node is back. What is asserted is agreement and
+Alertmanager and resolves when the node is back; every GPU node's (FIXTURE) dcgm-exporter is
+scraped and labels the GPUs a job holds with the job. What is asserted is agreement and
 delivery, never a duration (the delivery time is a figure: bench/monitoring_lab.py)."""
 
 from __future__ import annotations
@@ -261,3 +262,48 @@ def test_a_drained_node_alerts_the_webhook_and_resolves(pool: slurm_cluster.Slur
     finally:
         pool.sh(f"systemctl stop gpupool-test-webhook; rm -f {SINK_SCRIPT}", check=False)
         monitoring_role(pool)
+
+
+def test_gpu_series_carry_the_job_that_holds_them(pool: slurm_cluster.SlurmLab) -> None:
+    """Per-job GPU attribution (issue 16): while a job holds GPUs on a lab GPU node, the
+    Slurm prolog's job-map part (roles dcgm and slurm) has dcgm-exporter label exactly that
+    many of the node's GPU series hpc_job="<job id>" in Prometheus; after the job ends the
+    epilog removes it and no series carries it. Every GPU node's exporter is scraped (up 1).
+
+    The lab's dcgm-exporter is a FIXTURE package (gpupool/lab/mirror.py): it serves each
+    counter as 0 for character devices standing in for GPUs. What is proven is the wiring
+    (package, unit, flags, prolog/epilog, job map, scrape, labels); nothing about GPU
+    metrics is claimed."""
+    desc = pool.desc
+    gpu_nodes = [n for n in slurm.nodes(desc) if not n.cloud and n.gpus > 0]
+
+    def all_up() -> bool:
+        up = promql(pool, 'up{job="dcgm"}')
+        return len(up) == len(gpu_nodes) and all(r["value"][1] == "1" for r in up)
+
+    wait_for("every GPU node's dcgm-exporter scraped", all_up, 120)
+
+    want = min(2, max(n.gpus for n in gpu_nodes))
+    job = pool.sbatch(f"-p {next(iter(desc.task_classes))}", f"-A {next(iter(desc.teams))}",
+                      f"--gpus={want}", "-C onprem", script="#!/bin/bash\nsleep 600\n")
+    query = f'DCGM_FI_DEV_GPU_UTIL{{hpc_job="{job}"}}'
+    node = None
+    try:
+        wait_for("the job running", lambda: pool.state(job) == "RUNNING", 60)
+        node = pool.job(job)["NodeList"]
+        held = int(next(p for p in pool.job(job)["TRES"].split(",")
+                        if p.startswith("gres/gpu=")).split("=")[1])
+        assert held == want
+
+        def labelled() -> list[dict[str, Any]] | None:
+            found = promql(pool, query)
+            return found if len(found) == held else None
+
+        series = wait_for("the job's GPUs labelled in Prometheus", labelled, 120)
+        assert {r["metric"]["Hostname"] for r in series} == {node}
+        assert len({r["metric"]["gpu"] for r in series}) == held
+        assert all(r["metric"].get("fixture") == "1" for r in series)
+    finally:
+        pool.cancel_all()
+    wait_for("the job's label gone from Prometheus", lambda: not promql(pool, query), 120)
+    assert not pool.sh(f"grep -rlx {job} /run/gpupool/dcgm-job-map || true", node).strip()
