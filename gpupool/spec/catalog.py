@@ -167,7 +167,7 @@ MOUNT_OPTIONS = {
 # Slurm's highest partition PriorityTier (slurm.conf(5)): task class priorities map to it.
 SLURM_MAX_PRIORITY_TIER = 65533
 # The exporters Prometheus (on the controller) scrapes on each node's management address,
-# at the roles' default ports (roles node_exporter and dcgm; tests/test_monitoring.py holds
+# at the roles' default ports (roles node_exporter and dcgm; tests/test_dcgm.py holds
 # them in step): node_exporter on every node, dcgm-exporter on the GPU nodes.
 NODE_EXPORTER_PORT = 9100
 DCGM_EXPORTER_PORT = 9400

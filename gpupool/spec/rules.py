@@ -244,10 +244,7 @@ def network(desc: Description) -> Iterator[Problem]:
         if ipaddress.ip_network(cidr).prefixlen == 0:
             yield Problem(f"network.admin_cidrs[{i}]", "admin-cidr-not-open",
                           "management must not be open to the whole internet", cidr)
-    if "management" in net.segments and not any(
-            f.from_ == "management" and f.to == "management"
-            and (f.protocol == "all" or (f.protocol == "tcp" and 22 in f.ports))
-            for f in net.flows):
+    if "management" in net.segments and _management_carries(desc, {22}):
         yield Problem("network.flows", "management-ssh-flow",
                       "a management-to-management flow must carry SSH (tcp 22): the "
                       "firewall admits nothing else, and nodes are managed over it", None)
@@ -262,6 +259,18 @@ def network(desc: Description) -> Iterator[Problem]:
                           "tcp and udp flows must list their ports", [])
 
 
+def _management_carries(desc: Description, ports: set[int]) -> set[int]:
+    """The TCP ports of `ports` that no management-to-management flow carries."""
+    missing = set(ports)
+    for f in desc.network.flows:
+        if f.from_ == "management" and f.to == "management":
+            if f.protocol == "all":
+                return set()
+            if f.protocol == "tcp":
+                missing -= set(f.ports)
+    return missing
+
+
 @rule("network", "node_classes")
 def metrics_flow(desc: Description) -> Iterator[Problem]:
     """Prometheus on the controller scrapes every node's exporters on its management
@@ -270,13 +279,8 @@ def metrics_flow(desc: Description) -> Iterator[Problem]:
     if "management" not in desc.network.segments:
         return
     gpus = any(c.gpu is not None for c in desc.node_classes.values())
-    want = {NODE_EXPORTER_PORT} | ({DCGM_EXPORTER_PORT} if gpus else set())
-    for f in desc.network.flows:
-        if f.from_ == "management" and f.to == "management":
-            if f.protocol == "all":
-                return
-            if f.protocol == "tcp":
-                want -= set(f.ports)
+    want = _management_carries(
+        desc, {NODE_EXPORTER_PORT} | ({DCGM_EXPORTER_PORT} if gpus else set()))
     if want:
         yield Problem("network.flows", "management-metrics-flow",
                       "a management-to-management flow must carry the exporters' ports "
