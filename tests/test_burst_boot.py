@@ -31,7 +31,7 @@ case "$*" in
   *"-X PUT"*) [ -z "${IMDS_DOWN:-}" ] || exit 7; echo token ;;
   *tags/instance/gpupool:slurm-node*) [ -n "${NODE_TAG+x}" ] || exit 22
     printf '%s' "$NODE_TAG" ;;
-  *instance-life-cycle*) echo spot ;;
+  *instance-life-cycle*) echo "${LIFE_CYCLE:-spot}" ;;
   *) exit 22 ;;
 esac
 """
@@ -83,10 +83,12 @@ def _boot(tmp: Path, script: str, **env: str) -> Boot:
     return Boot(done.returncode, tmp, done.stderr)
 
 
-def test_the_tag_key_and_the_controller_port_agree_with_their_owners() -> None:
+def test_the_tag_key_the_controller_port_and_the_watcher_agree_with_their_owners() -> None:
     assert cloud.TAG_SLURM_NODE == burst.NODE_TAG
     defaults = yaml.safe_load((ROOT / "roles/slurm/defaults/main.yml").read_text())
     assert defaults["slurm_ctld_port"] == cloud.SLURMCTLD_PORT
+    compute = (ROOT / "roles/slurm/tasks/compute.yml").read_text()
+    assert f"dest: /etc/systemd/system/{cloud.SPOT_WATCH_UNIT.format('')}\n" in compute
 
 
 @pytest.mark.parametrize(("desc", "name", "group"), _stacks(),
@@ -107,11 +109,13 @@ def test_user_data_is_valid_bash_and_keeps_the_facts(desc: Description, name: st
             < script.index("systemctl restart slurmd"))
 
 
-def test_a_booted_instance_writes_the_key_and_starts_slurmd_configless(tmp_path: Path) -> None:
+@pytest.mark.parametrize("life_cycle", ["spot", "on-demand"])
+def test_a_booted_instance_writes_the_key_and_starts_slurmd_configless(tmp_path: Path,
+                                                                       life_cycle: str) -> None:
     desc = loader.load_stack("example", ROOT)
     name, group = next(iter(desc.burst_groups.items()))
     done = _boot(tmp_path, cloud.user_data(desc, name, group), NODE_TAG="prod-h100-burst-3",
-                 MUNGE_B64=KEY_B64)
+                 MUNGE_B64=KEY_B64, LIFE_CYCLE=life_cycle)
     assert done.rc == 0, done.stderr
     key = tmp_path / "etc/munge/munge.key"
     assert key.read_bytes() == KEY
@@ -120,10 +124,16 @@ def test_a_booted_instance_writes_the_key_and_starts_slurmd_configless(tmp_path:
     _, address = cloud.controller_address(desc)
     assert (tmp_path / "etc/default/slurmd").read_text() == (
         f'SLURMD_OPTIONS="--conf-server {address}:6817 -N prod-h100-burst-3"\n')
+    # Debian's unit needs /etc/slurm/slurm.conf, which a configless node never has.
+    assert (tmp_path / cloud.SLURMD_DROPIN.lstrip("/")).read_text() == (
+        "[Unit]\nConditionPathExists=\n")
     commands = done.log("commands").splitlines()
     assert f"chown munge:munge {tmp_path}/etc/munge/munge.key.new" in commands
+    watcher = ([f"systemctl enable --now {cloud.SPOT_WATCH_UNIT.format('prod-h100-burst-3')}"]
+               if life_cycle == "spot" else [])
     assert [c for c in commands if c.startswith("systemctl")] == [
-        "systemctl restart munge", "systemctl enable slurmd", "systemctl restart slurmd"]
+        "systemctl restart munge", "systemctl daemon-reload", "systemctl enable slurmd",
+        "systemctl restart slurmd", *watcher]
     assert done.log("aws.args").splitlines() == [
         "secretsmanager", "get-secret-value", "--region", group.region,
         "--secret-id", cloud.munge_secret_name(desc), "--query", "SecretBinary",

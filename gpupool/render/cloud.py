@@ -343,6 +343,10 @@ TAG_SLURM_NODE = "gpupool:slurm-node"
 # (roles/slurm/defaults/main.yml slurm_ctld_port; a test keeps them equal).
 SLURMCTLD_PORT = 6817
 MUNGE_KEY_PATH = "/etc/munge/munge.key"
+SLURMD_DROPIN = "/etc/systemd/system/slurmd.service.d/gpupool-configless.conf"
+# The spot watcher's unit, one per node name (roles/slurm/tasks/compute.yml installs it;
+# a test keeps the names equal).
+SPOT_WATCH_UNIT = "gpupool-spot-watch@{}.service"
 # Bounded waits at boot: a node that cannot learn its name or key within them fails its
 # user-data (and is terminated by suspend at ResumeTimeout) instead of hanging.
 BOOT_ATTEMPTS, BOOT_RETRY_S = 10, 6
@@ -450,8 +454,19 @@ def _join_slurm(desc: Description, group: BurstGroup) -> list[str]:
         f"conf_server={q(f'{host}:{SLURMCTLD_PORT}')}",
         'printf \'SLURMD_OPTIONS="--conf-server %s -N %s"\\n\' "$conf_server" "$node"'
         " > /etc/default/slurmd",
+        # Debian's unit starts slurmd only where /etc/slurm/slurm.conf exists, which a
+        # configless node never has: without this, `systemctl restart` skips it silently
+        # (found by the lab's burst hosts, gpupool/lab/burst_hosts.py).
+        f"install -d -m 0755 {q(SLURMD_DROPIN.rsplit('/', 1)[0])}",
+        f"printf '%s\\n' '[Unit]' 'ConditionPathExists=' > {q(SLURMD_DROPIN)}",
+        "systemctl daemon-reload",
         "systemctl enable slurmd",
         "systemctl restart slurmd",
+        # A spot instance hands its jobs back on EC2's two-minute notice
+        # (gpupool/onhost/spot_watch.py; the slurm role installs it and its unit).
+        'if [ "$(imds instance-life-cycle || true)" = spot ]; then',
+        f'  systemctl enable --now "{SPOT_WATCH_UNIT.format("$node")}"',
+        "fi",
     ]
 
 
