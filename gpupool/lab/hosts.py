@@ -572,6 +572,13 @@ def down(desc: Description, report: Report = lambda _m: None) -> list[str]:
         podman("network", "rm", "-f", *nets)
         removed += nets
         report(f"removed networks {', '.join(nets)}")
+    # Images built for this lab alone (its burst image, gpupool/lab/burst_hosts.py).
+    images = podman("images", "-q", "--filter",
+                    f"label=gpupool.pool={desc.pool.name}").stdout.split()
+    if images:
+        podman("rmi", "-f", *sorted(set(images)), timeout=300)
+        removed += images
+        report(f"removed images {', '.join(images)}")
     for d in _cgroup_leftovers(full_ids):
         _rmdir_tree(d)
         removed.append(str(d))

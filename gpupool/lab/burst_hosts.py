@@ -1,0 +1,347 @@
+"""The lab's burst data plane: every instance the lab's EC2 (moto on this machine,
+gpupool.lab.localaws) reports running for the pool becomes a lab host, and every host whose
+instance is gone is removed. So the resume program's real launch (gpupool.onhost.burst)
+boots a real host, which joins Slurm by the launch template's real user-data.
+
+- **The image** (the lab's stand-in for the pre-built AMI): a converged on-prem GPU host of
+  the same lab, committed, with its identity scrubbed (munge key, slurm.conf and slurmd's
+  spool, machine id: a burst node takes all of them at boot) and slurmd disabled until
+  the user-data starts it configless. It adds what a real instance has and the lab's
+  hosts lack: cloud-init (Debian's), the AWS CLI (Debian's), and two FIXTURES: the
+  metadata service (fixture_imds.py) and an `aws` wrapper that sends the CLI to the
+  lab's moto, the only lab-specific step of a boot. Built once per lab, reused by every
+  test (keyed by the source host's container id and the recipe).
+- **The network**: the pool's cloud subnets of the burst region, declared in moto as
+  infra/network.py declares them (tags `pool` and `segment`), and one podman network per
+  subnet with the subnet's CIDR, so a host gets the private address EC2 gave its
+  instance. The host reaches the controller through this machine's routing (the lab's
+  stand-in for the hybrid link; podman masquerades between its networks).
+- **The boot**: the instance's user-data (from its launch template) is the host's NoCloud
+  seed; the metadata fixture serves the instance's id, type, zone, life cycle, tags and the
+  instance role's (fixture) credentials.
+
+A burst host has no host firewall (nftables disabled in the image): on AWS its inbound is
+the security groups the Pulumi program declares from the flows (infra/network.py). Its
+node and DCGM exporters are disabled in the image too: the roles bind them to a host's
+declared management address, which a burst node does not have (left: binding them at
+boot). Nothing here is EC2; no cloud behaviour follows from it beyond what moto and the
+fixtures do.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import shlex
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gpupool.lab import hosts
+from gpupool.render import cloud, slurm
+from gpupool.spec.model import Description
+
+FIXTURE_IMDS = Path(__file__).with_name("fixture_imds.py")
+BURST_LABEL = "gpupool.burst-instance"
+IMDS_DIR = "/etc/gpupool-lab/imds"  # in the host: the metadata state and injected notices
+ENDPOINT_FILE = "/etc/gpupool-lab/aws-endpoint"
+ROLE_NAME = "gpupool-burst-node"  # the instance profile's role, as the metadata names it
+FIXTURE_KEY = "fixture"  # moto's fixture credentials, not a secret
+BUILD_TIMEOUT_S = 900
+DEBIAN_LIST = "deb http://deb.debian.org/debian bookworm main\n"
+
+# Run in a container of the committed source host (no systemd): what makes a converged
+# on-prem host an image any burst node can boot from.
+SCRUB = r"""set -eu
+export DEBIAN_FRONTEND=noninteractive
+printf '%s' "$DEBIAN_LIST" > /tmp/debian.list
+apt_opts="-o Dir::Etc::sourcelist=/tmp/debian.list -o Dir::Etc::sourceparts=-"
+apt-get $apt_opts update -q >/dev/null
+apt-get $apt_opts install -y -q --no-install-recommends cloud-init awscli curl >/dev/null
+apt-get clean
+rm -rf /var/lib/apt/lists/* /tmp/debian.list
+# Identity: a burst node gets its key, configuration and name at boot.
+rm -f /etc/munge/munge.key /etc/slurm/*.conf /etc/default/slurmd
+rm -rf /var/lib/slurm/slurmd/* /var/lib/cloud /var/log/slurm/*
+# FIXTURE (lab only): a container shares this machine's boot time, and slurmctld takes a
+# resuming node whose boot predates the resume for one that never rebooted (it waits out
+# ResumeTimeout). -b reports the fresh boot a real instance's uptime shows.
+mkdir -p /etc/systemd/system/slurmd.service.d
+printf '%s\n' '[Service]' 'ExecStart=' 'ExecStart=/usr/sbin/slurmd -D -s -b $SLURMD_OPTIONS' \
+  > /etc/systemd/system/slurmd.service.d/gpupool-lab-boot.conf
+# Services bound to the source host's own addresses (they would fail on any other).
+for unit in slurmd nftables prometheus-node-exporter dcgm-exporter; do
+  systemctl disable "$unit" >/dev/null 2>&1 || true  # absent in a leaner source: nothing to do
+done
+: > /etc/machine-id
+rm -f /etc/ssh/ssh_host_*
+# cloud-init: the seed folder only; the host's network, name and locale are podman's.
+mkdir -p /etc/cloud/cloud.cfg.d /var/lib/cloud/seed/nocloud
+printf '%s\n' 'datasource_list: [NoCloud, None]' 'network: {config: disabled}' \
+  'preserve_hostname: true' 'locale: C.UTF-8' > /etc/cloud/cloud.cfg.d/90-gpupool-lab.cfg
+# FIXTURE: the metadata service on 169.254.169.254, before cloud-init runs user scripts.
+install -d -m 0755 /etc/gpupool-lab /etc/gpupool-lab/imds
+install -m 0755 /tmp/build/fixture_imds.py /usr/local/sbin/gpupool-fixture-imds
+cat > /etc/systemd/system/gpupool-fixture-imds.service <<'EOF'
+[Unit]
+Description=FIXTURE instance metadata service (lab only; not EC2)
+Before=cloud-init-local.service cloud-init.service cloud-final.service
+DefaultDependencies=no
+After=local-fs.target
+[Service]
+ExecStartPre=-/usr/sbin/ip addr add 169.254.169.254/32 dev lo
+ExecStart=/usr/local/sbin/gpupool-fixture-imds --state /etc/gpupool-lab/imds/state.json
+Restart=on-failure
+[Install]
+WantedBy=sysinit.target
+EOF
+systemctl enable gpupool-fixture-imds.service >/dev/null 2>&1
+# FIXTURE: the lab's AWS is moto on this machine; the CLI is Debian's.
+cat > /usr/local/bin/aws <<'EOF'
+#!/bin/sh
+# FIXTURE (lab only): the real AWS CLI, sent to the lab's moto endpoint.
+exec /usr/bin/aws --endpoint-url "$(cat /etc/gpupool-lab/aws-endpoint)" "$@"
+EOF
+chmod 0755 /usr/local/bin/aws
+"""
+
+
+class BurstLabError(hosts.LabError):
+    """The lab's burst data plane could not do what was asked; the message says what."""
+
+
+def image_ref(desc: Description, source_id: str) -> str:
+    recipe = json.dumps([SCRUB, DEBIAN_LIST, FIXTURE_IMDS.read_text(), source_id])
+    digest = hashlib.sha256(recipe.encode()).hexdigest()[:16]
+    return f"localhost/gpupool-burst-{desc.pool.name}:{digest}"
+
+
+def source_node(desc: Description) -> str:
+    """The on-prem host the image is taken from: the first GPU node of the class the burst
+    groups' instances stand in for (the lab has one GPU class)."""
+    gpu = [n.name for n in slurm.nodes(desc) if not n.cloud and n.gpus]
+    if not gpu:
+        raise BurstLabError("the lab has no on-prem GPU host to build the burst image from")
+    return gpu[0]
+
+
+def build_image(desc: Description, report: hosts.Report = lambda _m: None) -> str:
+    """The burst image, built from the lab's converged GPU host unless it exists."""
+    source = hosts.container_name(desc, source_node(desc))
+    info = hosts.podman("container", "inspect", source, check=False)
+    if info.returncode != 0:
+        raise BurstLabError(f"{source} is not running: bring the lab up and converge it first")
+    ref = image_ref(desc, json.loads(info.stdout)[0]["Id"])
+    if hosts.podman("image", "exists", ref, check=False).returncode == 0:
+        return ref
+    _prune_images(desc)
+    report(f"building burst image {ref} from {source}")
+    staged = f"{ref}-source"
+    hosts.podman("commit", "--pause=true", source, staged, timeout=BUILD_TIMEOUT_S)
+    builder = f"gpupool-burst-build-{desc.pool.name}"
+    hosts.podman("rm", "-f", builder, check=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "fixture_imds.py").write_text(FIXTURE_IMDS.read_text())
+        try:
+            hosts.podman("run", "--name", builder, "-v", f"{tmp}:/tmp/build:ro",
+                         "-e", f"DEBIAN_LIST={DEBIAN_LIST}", "--entrypoint", "/bin/bash",
+                         staged, "-c", SCRUB, timeout=BUILD_TIMEOUT_S)
+            # Labelled with the pool, so `gpupool lab down` removes it (hosts.down).
+            hosts.podman("commit", "--change", 'CMD ["/sbin/init"]', "--change",
+                         "ENTRYPOINT []", "--change", f"LABEL gpupool.pool={desc.pool.name}",
+                         builder, ref, timeout=BUILD_TIMEOUT_S)
+        finally:
+            hosts.podman("rm", "-f", builder, check=False)
+            hosts.podman("rmi", staged, check=False)
+    return ref
+
+
+def _prune_images(desc: Description) -> None:
+    """Burst images of this lab built from an earlier source host: one is kept at most."""
+    out = hosts.podman("images", "--filter",
+                       f"reference=localhost/gpupool-burst-{desc.pool.name}",
+                       "--format", "{{.Repository}}:{{.Tag}}").stdout.split()
+    if out:
+        hosts.podman("rmi", "-f", *out, timeout=BUILD_TIMEOUT_S)
+
+
+def declare_network(ec2: Any, desc: Description, region: str) -> dict[str, tuple[str, str]]:
+    """The pool's VPC and subnets in moto, tagged as infra/network.py tags them; returns
+    subnet id -> (segment, CIDR)."""
+    first, *more = cloud.vpc_cidrs(desc)
+    vpc = ec2.create_vpc(CidrBlock=first)["Vpc"]["VpcId"]
+    for cidr in more:
+        ec2.associate_vpc_cidr_block(VpcId=vpc, CidrBlock=cidr)
+    made = {}
+    for (segment, zone), cidr in sorted(cloud.subnets(desc, region).items()):
+        tags = [{"Key": k, "Value": v} for k, v in {**cloud.tags(desc), "segment": segment}.items()]
+        sid = ec2.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone=zone,
+                                TagSpecifications=[{"ResourceType": "subnet", "Tags": tags}]
+                                )["Subnet"]["SubnetId"]
+        made[sid] = (segment, cidr)
+    return made
+
+
+def declare_templates(ec2: Any, desc: Description, image_id: str) -> None:
+    """Each burst group's launch template as infra/burst.py declares it, as far as moto
+    and the boot read it: the image, IMDSv2 with instance tags, the user-data."""
+    for name, group in desc.burst_groups.items():
+        ec2.create_launch_template(
+            LaunchTemplateName=cloud.burst_name(desc, name),
+            LaunchTemplateData={
+                "ImageId": image_id,
+                "MetadataOptions": {"HttpEndpoint": "enabled", "HttpTokens": "required",
+                                    "HttpPutResponseHopLimit": 1,
+                                    "InstanceMetadataTags": "enabled"},
+                "UserData": base64.b64encode(
+                    cloud.user_data(desc, name, group).encode()).decode()})
+
+
+def _user_data(ec2: Any, desc: Description, instance: dict[str, Any]) -> str:
+    """The user-data the instance boots with: its own, else its group's launch template's
+    (moto's fleets do not copy the template's onto the instance)."""
+    own = ec2.describe_instance_attribute(InstanceId=instance["InstanceId"],
+                                          Attribute="userData").get("UserData", {})
+    if own.get("Value"):
+        return base64.b64decode(own["Value"]).decode()
+    group = _tags(instance).get("burst-group", "")
+    data = ec2.describe_launch_template_versions(
+        LaunchTemplateName=cloud.burst_name(desc, group), Versions=["$Latest"])[
+        "LaunchTemplateVersions"][0]["LaunchTemplateData"]
+    return base64.b64decode(data.get("UserData", "")).decode()
+
+
+def _tags(instance: dict[str, Any]) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+
+
+def metadata(instance: dict[str, Any], region: str) -> dict[str, str]:
+    """What the metadata fixture serves for an instance (paths under meta-data/)."""
+    tags = _tags(instance)
+    creds = {"Code": "Success", "Type": "AWS-HMAC", "AccessKeyId": FIXTURE_KEY,
+             "SecretAccessKey": FIXTURE_KEY, "Token": FIXTURE_KEY,
+             "LastUpdated": "2026-01-01T00:00:00Z", "Expiration": "2099-01-01T00:00:00Z"}
+    zone = instance["Placement"]["AvailabilityZone"]
+    served = {
+        "instance-id": instance["InstanceId"], "instance-type": instance["InstanceType"],
+        "instance-life-cycle": "spot" if instance.get("InstanceLifecycle") == "spot"
+        else "on-demand",
+        "local-ipv4": instance.get("PrivateIpAddress", ""),
+        "placement/availability-zone": zone, "placement/region": region,
+        "tags/instance": "\n".join(sorted(tags)),
+        "iam/security-credentials/": ROLE_NAME,
+        f"iam/security-credentials/{ROLE_NAME}": json.dumps(creds),
+    }
+    served.update({f"tags/instance/{k}": v for k, v in tags.items()})
+    return served
+
+
+def host_name(desc: Description, node: str) -> str:
+    return hosts.container_name(desc, node)
+
+
+def _network(desc: Description, segment: str, cidr: str) -> str:
+    """The podman network of one cloud subnet (created once)."""
+    name = f"{hosts.prefix(desc)}-aws-{cidr.replace('.', '-').replace('/', '_')}"
+    if hosts.podman("network", "exists", name, check=False).returncode != 0:
+        hosts.podman("network", "create", *hosts.labels(desc), "--label",
+                     f"gpupool.segment={segment}", "--subnet", cidr, name)
+    return name
+
+
+def aws_address(desc: Description) -> str:
+    """Where the lab's moto listens so burst hosts reach it: this machine's address on the
+    lab's management network (it exists while the lab's hosts run; a burst host reaches it
+    through its own network's gateway, this machine)."""
+    info = json.loads(hosts.podman("network", "inspect",
+                                   hosts.network_name(desc, "management")).stdout)
+    return str(info[0]["subnets"][0]["gateway"])
+
+
+def _running(ec2: Any, desc: Description) -> list[dict[str, Any]]:
+    found = ec2.describe_instances(Filters=[
+        {"Name": f"tag:{cloud.TAG_POOL}", "Values": [desc.pool.name]},
+        {"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    return [i for r in found["Reservations"] for i in r["Instances"]]
+
+
+def _boot(desc: Description, ec2: Any, instance: dict[str, Any], *, image: str,
+          subnets: dict[str, tuple[str, str]], endpoint: str, region: str) -> None:
+    node = _tags(instance)[cloud.TAG_SLURM_NODE]
+    segment, cidr = subnets[instance["SubnetId"]]
+    net = _network(desc, segment, cidr)
+    name = host_name(desc, node)
+    hosts_args = [a for n, other in desc.nodes.items()
+                  for a in ("--add-host", f"{n}:{other.addresses['management']}")]
+    hosts.podman("create", *hosts.labels(desc), "--label",
+                 f"{BURST_LABEL}={instance['InstanceId']}", "--name", name, "--hostname", node,
+                 "--systemd=always",
+                 "--network", f"{net}:ip={instance['PrivateIpAddress']}", *hosts_args,
+                 "--cap-add", "NET_ADMIN", *hosts.shared_mounts(desc), image)
+    seed = {
+        "/var/lib/cloud/seed/nocloud/meta-data": json.dumps(
+            {"instance-id": instance["InstanceId"], "local-hostname": node}),
+        "/var/lib/cloud/seed/nocloud/user-data": _user_data(ec2, desc, instance),
+        f"{IMDS_DIR}/state.json": json.dumps({"meta-data": metadata(instance, region)}),
+        ENDPOINT_FILE: endpoint,
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (path, text) in enumerate(seed.items()):
+            local = Path(tmp) / str(i)
+            local.write_text(text)
+            hosts.podman("cp", str(local), f"{name}:{path}")
+    hosts.podman("start", name)
+
+
+def sync(desc: Description, ec2: Any, image: str, endpoint: str,
+         region: str) -> dict[str, str]:
+    """Make the lab's burst hosts match moto: a host per running instance of the pool
+    (booted once), none for an instance that is gone. Returns node -> instance id."""
+    subnets = {s["SubnetId"]: (next((t["Value"] for t in s.get("Tags", [])
+                                     if t["Key"] == "segment"), ""), s["CidrBlock"])
+               for s in ec2.describe_subnets()["Subnets"]}
+    wanted = {}
+    for instance in _running(ec2, desc):
+        tags = _tags(instance)
+        if cloud.TAG_SLURM_NODE in tags and instance.get("SubnetId") in subnets:
+            wanted[tags[cloud.TAG_SLURM_NODE]] = instance
+    present = _present(desc)
+    for node, instance_id in present.items():
+        if wanted.get(node, {}).get("InstanceId") != instance_id:
+            hosts.podman("rm", "-f", "-t", "5", host_name(desc, node), timeout=120)
+    for node, instance in wanted.items():
+        if present.get(node) != instance["InstanceId"]:
+            _boot(desc, ec2, instance, image=image, subnets=subnets, endpoint=endpoint,
+                  region=region)
+    return {node: i["InstanceId"] for node, i in wanted.items()}
+
+
+def _present(desc: Description) -> dict[str, str]:
+    """node -> instance id of the burst hosts that exist now."""
+    out = hosts.podman("ps", "-a", "--filter", f"label=gpupool.pool={desc.pool.name}",
+                       "--filter", f"label={BURST_LABEL}", "--format",
+                       f'{{{{.Names}}}} {{{{index .Labels "{BURST_LABEL}"}}}}').stdout
+    pre = hosts.prefix(desc) + "-"
+    return {name.removeprefix(pre): iid for name, iid in
+            (line.split() for line in out.splitlines() if line.strip())}
+
+
+def remove_all(desc: Description) -> list[str]:
+    """Remove every burst host and subnet network of the lab (its on-prem hosts stay)."""
+    present = [host_name(desc, n) for n in _present(desc)]
+    if present:
+        hosts.podman("rm", "-f", "-t", "5", *present, timeout=120)
+    nets = hosts.podman("network", "ls", "--filter", f"label=gpupool.pool={desc.pool.name}",
+                        "--format", "{{.Name}}").stdout.split()
+    aws = [n for n in nets if n.startswith(f"{hosts.prefix(desc)}-aws-")]
+    if aws:
+        hosts.podman("network", "rm", "-f", *aws)
+    return present + aws
+
+
+def notice(desc: Description, node: str, action: str, when: str) -> None:
+    """Inject a spot interruption notice into a burst host's metadata fixture."""
+    body = json.dumps({"action": action, "time": when})
+    hosts.podman("exec", host_name(desc, node), "sh", "-c",
+                 f"printf '%s' {shlex.quote(body)} > {IMDS_DIR}/spot-instance-action")

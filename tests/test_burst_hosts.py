@@ -1,0 +1,131 @@
+"""The lab's burst data plane without the lab: the FIXTURE metadata service speaks IMDSv2 as
+EC2 documents it (tokens required, notices from files), and what gpupool.lab.burst_hosts
+declares in moto (the pool's subnets, the launch templates with the real user-data) is what
+the resume program and the boot read. The hosts themselves are proven in
+tests/integration/test_slurm_lab.py."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpupool.lab import burst_hosts, fixture_imds, localaws
+from gpupool.onhost import burst, spot_watch
+from gpupool.render import cloud, slurm
+from gpupool.spec import loader
+from tests.conftest import ROOT
+
+DESC = loader.load_stack("lab", ROOT)
+REGION = DESC.burst_groups["l4-burst"].region
+
+
+@pytest.fixture
+def imds(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"meta-data": {"instance-type": "g6.12xlarge",
+                                               "tags/instance/gpupool:slurm-node": "n1"}}))
+    server = fixture_imds.http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                                         fixture_imds.handler(state))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", tmp_path
+    server.shutdown()
+    server.server_close()
+
+
+def _call(url: str, method: str = "GET", headers: dict[str, str] | None = None
+          ) -> tuple[int, str]:
+    req = urllib.request.Request(url, method=method, headers=headers or {})  # noqa: S310
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:  # noqa: S310 - loopback fixture
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+
+
+def _token(base: str) -> str:
+    status, token = _call(base + fixture_imds.TOKEN_PATH, "PUT",
+                          {fixture_imds.TOKEN_TTL_HEADER: "60"})
+    assert status == 200
+    return token
+
+
+def test_metadata_needs_a_token_it_issued(imds: tuple[str, Path]) -> None:
+    base, _ = imds
+    path = base + "/latest/meta-data/instance-type"
+    assert _call(path)[0] == 401
+    assert _call(path, headers={fixture_imds.TOKEN_HEADER: "made-up"})[0] == 401
+    for ttl in ("", "0", "21601", "x"):
+        assert _call(base + fixture_imds.TOKEN_PATH, "PUT",
+                     {fixture_imds.TOKEN_TTL_HEADER: ttl} if ttl else {})[0] == 400
+    assert _call(path, headers={fixture_imds.TOKEN_HEADER: _token(base)}) == (200, "g6.12xlarge")
+
+
+def test_notices_appear_when_written_and_speak_the_watchers_paths(
+        imds: tuple[str, Path]) -> None:
+    base, folder = imds
+    token = {fixture_imds.TOKEN_HEADER: _token(base)}
+    # The paths the spot watcher polls are the ones the fixture serves notices on.
+    assert {fixture_imds.META + p for p in fixture_imds.NOTICE_FILES} == {
+        spot_watch.INSTANCE_ACTION, spot_watch.REBALANCE}
+    assert fixture_imds.TOKEN_PATH == spot_watch.TOKEN_PATH
+    action = base + spot_watch.INSTANCE_ACTION
+    assert _call(action, headers=token)[0] == 404
+    notice = json.dumps({"action": "terminate", "time": "2026-12-02T03:00:00Z"})
+    (folder / fixture_imds.NOTICE_FILES["spot/instance-action"]).write_text(notice)
+    assert _call(action, headers=token) == (200, notice)
+    assert _call(base + "/latest/meta-data/nothing/here", headers=token)[0] == 404
+    assert _call(base + "/latest/user-data", headers=token)[0] == 404
+
+
+def test_metadata_of_an_instance() -> None:
+    instance = {"InstanceId": "i-1", "InstanceType": "g6.12xlarge",
+                "InstanceLifecycle": "spot", "PrivateIpAddress": "10.232.0.4",
+                "Placement": {"AvailabilityZone": "eu-west-1b"},
+                "Tags": [{"Key": cloud.TAG_SLURM_NODE, "Value": "l4-burst-1"},
+                         {"Key": "pool", "Value": "lab"}]}
+    served = burst_hosts.metadata(instance, REGION)
+    assert served["tags/instance/" + cloud.TAG_SLURM_NODE] == "l4-burst-1"
+    assert served["tags/instance"] == f"{cloud.TAG_SLURM_NODE}\npool"
+    assert served["instance-life-cycle"] == "spot"
+    assert served["placement/availability-zone"] == "eu-west-1b"
+    creds = json.loads(served[f"iam/security-credentials/{burst_hosts.ROLE_NAME}"])
+    assert creds["AccessKeyId"] == burst_hosts.FIXTURE_KEY
+    assert served["iam/security-credentials/"] == burst_hosts.ROLE_NAME
+    on_demand = burst_hosts.metadata({**instance, "InstanceLifecycle": None}, REGION)
+    assert on_demand["instance-life-cycle"] == "on-demand"
+
+
+def test_declared_network_and_templates_are_what_the_launch_and_boot_read() -> None:
+    with localaws.endpoint() as url:
+        config = {**slurm.burst_config(DESC), "endpoint_url": url}
+        ec2 = burst.client(config, slurm.burst_config(DESC)["groups"]["l4-burst"]["nodes"])
+        made = burst_hosts.declare_network(ec2, DESC, REGION)
+        assert {(seg, cidr) for seg, cidr in made.values()} == {
+            (seg, cidr) for (seg, _), cidr in cloud.subnets(DESC, REGION).items()}
+        image = ec2.describe_images(MaxResults=1)["Images"][0]["ImageId"]
+        burst_hosts.declare_templates(ec2, DESC, image)
+        group = config["groups"]["l4-burst"]
+        # The resume program finds the group's subnets in every zone, in zone order.
+        assert [z for z, _ in burst.subnets(ec2, group)] == group["zones"]
+        (launched,) = burst.resume(ec2, config, [group["nodes"][0]], update=lambda *_: None)
+        (instance,) = [i for r in ec2.describe_instances(InstanceIds=[launched.instance_id])[
+            "Reservations"] for i in r["Instances"]]
+        assert made[instance["SubnetId"]][0] == group["subnet_segment"]
+        # The host boots with the template's user-data, byte for byte what infra/burst.py
+        # gives the real template.
+        assert burst_hosts._user_data(ec2, DESC, instance) == cloud.user_data(
+            DESC, "l4-burst", DESC.burst_groups["l4-burst"])
+        data = ec2.describe_launch_template_versions(
+            LaunchTemplateName=group["launch_template"], Versions=["$Latest"])[
+            "LaunchTemplateVersions"][0]["LaunchTemplateData"]
+        assert data["MetadataOptions"]["HttpTokens"] == "required"
+        assert data["MetadataOptions"]["InstanceMetadataTags"] == "enabled"
+        assert base64.b64decode(data["UserData"]).decode().startswith("#!/bin/bash\n")
