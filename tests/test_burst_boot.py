@@ -87,7 +87,7 @@ def test_the_tag_key_the_controller_port_and_the_watcher_agree_with_their_owners
     assert cloud.TAG_SLURM_NODE == burst.NODE_TAG
     defaults = yaml.safe_load((ROOT / "roles/slurm/defaults/main.yml").read_text())
     assert defaults["slurm_ctld_port"] == cloud.SLURMCTLD_PORT
-    compute = (ROOT / "roles/slurm/tasks/compute.yml").read_text()
+    compute = (ROOT / "roles/slurm/tasks/node_files.yml").read_text()
     assert f"dest: /etc/systemd/system/{cloud.SPOT_WATCH_UNIT.format('')}\n" in compute
 
 
