@@ -12,6 +12,7 @@ import pulumi_aws as aws
 from gpupool.render import cloud
 from gpupool.spec.model import Capacity, Description
 from infra.components import Component
+from infra.image import BurstImage
 from infra.network import NetworkSegments
 from infra.storage import StorageTiers
 
@@ -22,6 +23,7 @@ class BurstPoolArgs:
     group: str
     network: NetworkSegments
     storage: StorageTiers
+    image: BurstImage  # the region's: its AMI is what the launch template boots
 
 
 def _tier_arn(storage: StorageTiers, desc: Description, purpose: str) -> pulumi.Output[str] | None:
@@ -31,10 +33,11 @@ def _tier_arn(storage: StorageTiers, desc: Description, purpose: str) -> pulumi.
 
 
 class BurstPool(Component):
-    """Launch template (IMDSv2, encrypted root, EFA interfaces where declared), a cluster
-    placement group for EFA, a mixed-instances autoscaling group with a zero minimum, and
-    a least-privilege instance profile. The user-data joins a booted instance to Slurm by
-    itself (cloud.user_data); its role may read the munge key (MungeKey grants it)."""
+    """Launch template (the region's burst image, IMDSv2, encrypted root, EFA interfaces
+    where declared), a cluster placement group for EFA, a mixed-instances autoscaling group
+    with a zero minimum, and a least-privilege instance profile. The user-data joins a
+    booted instance to Slurm by itself (cloud.user_data); its role may read the munge key
+    (MungeKey grants it)."""
 
     launch_template_id: pulumi.Output[str]
     group_name: pulumi.Output[str]
@@ -46,10 +49,8 @@ class BurstPool(Component):
         desc, group = args.desc, args.desc.burst_groups[args.group]
         tags = cloud.tags(desc, group.team, **{"burst-group": args.group})
         self.role, profile = self._profile(name, args, tags)
-        ami = aws.ec2.get_ami_output(most_recent=True, owners=[cloud.AMI_OWNER], filters=[
-            {"name": "name", "values": [cloud.AMI_NAME]},
-            {"name": "architecture", "values": ["x86_64"]}], opts=pulumi.InvokeOutputOptions(
-                parent=self))
+        # Its instances and volumes say which image they booted from, for the policy pack.
+        template_tags = {**tags, cloud.TAG_BURST_IMAGE: args.image.source}
         sgs = [args.network.security_group_ids[s] for s in ("training", "management")]
         efa = cloud.efa_interfaces(group)
         if efa:
@@ -65,19 +66,19 @@ class BurstPool(Component):
         key = ({"kmsKeyId": args.storage.key_arn} if group.region == desc.pool.cloud_region
                else {})
         template = aws.ec2.LaunchTemplate(
-            name, name=name, image_id=ami.id, update_default_version=True,
+            name, name=name, image_id=args.image.image_id, update_default_version=True,
             metadata_options={"httpEndpoint": "enabled", "httpTokens": "required",
                               "httpPutResponseHopLimit": 1, "instanceMetadataTags": "enabled"},
-            block_device_mappings=[{"deviceName": "/dev/sda1", "ebs": {
+            block_device_mappings=[{"deviceName": cloud.ROOT_DEVICE, "ebs": {
                 "encrypted": "true", "volumeSize": cloud.ROOT_VOLUME_GIB, "volumeType": "gp3",
                 "deleteOnTermination": "true", **key}}],
             iam_instance_profile={"arn": profile.arn},
             network_interfaces=nics,
             user_data=base64.b64encode(
                 cloud.user_data(desc, args.group, group).encode()).decode(),
-            tag_specifications=[{"resourceType": r, "tags": tags}
+            tag_specifications=[{"resourceType": r, "tags": template_tags}
                                 for r in ("instance", "volume", "network-interface")],
-            tags=tags, opts=self.child())
+            tags=template_tags, opts=self.child())
         placement: dict[str, pulumi.Input[str]] = {}
         if efa:
             pg = aws.ec2.PlacementGroup(name, name=name, strategy="cluster", tags=tags,

@@ -8,11 +8,12 @@ import pulumi
 import pulumi_aws as aws
 
 from gpupool.paths import PROJECT_ROOT, find_project
-from gpupool.render import cloud
+from gpupool.render import cloud, image
 from gpupool.spec import loader
 from gpupool.spec.model import Description
 from infra.burst import BurstPool, BurstPoolArgs
 from infra.cluster import ClusterServices, ClusterServicesArgs
+from infra.image import BurstImage, BurstImageArgs
 from infra.network import NetworkSegments, NetworkSegmentsArgs
 from infra.secrets import MungeKey, MungeKeyArgs
 from infra.storage import StorageTiers, StorageTiersArgs
@@ -30,8 +31,14 @@ def declare(desc: Description) -> None:
     storage = StorageTiers(pool, StorageTiersArgs(desc, networks.get(desc.pool.cloud_region)),
                            pulumi.ResourceOptions(
                                providers=[providers[desc.pool.cloud_region]]))
+    prebuilt = _prebuilt_images(desc)
+    images = {r: BurstImage(cloud.burst_image_name(desc, r),
+                            BurstImageArgs(desc, r, networks[r], storage, prebuilt.get(r)),
+                            pulumi.ResourceOptions(providers=[providers[r]]))
+              for r in cloud.regions(desc)}
     bursts = {g: BurstPool(cloud.burst_name(desc, g),
-                           BurstPoolArgs(desc, g, networks[b.region], storage),
+                           BurstPoolArgs(desc, g, networks[b.region], storage,
+                                         images[b.region]),
                            pulumi.ResourceOptions(providers=[providers[b.region]]))
               for g, b in desc.burst_groups.items()}
     if bursts:
@@ -57,7 +64,19 @@ def declare(desc: Description) -> None:
     pulumi.export("security_groups", {r: n.security_group_ids for r, n in networks.items()})
     pulumi.export("launch_templates", {g: b.launch_template_id for g, b in bursts.items()})
     pulumi.export("autoscaling_groups", {g: b.group_name for g, b in bursts.items()})
+    pulumi.export("burst_images", {r: i.image_id for r, i in images.items()})
+    pulumi.export("image_pipelines", {r: i.pipeline_arn for r, i in images.items()})
     pulumi.export("queues", cluster.queues)
+
+
+def _prebuilt_images(desc: Description) -> dict[str, str]:
+    """Region -> AMI id the stack config gives (gpupool:burstImageId); a bad value stops
+    the program with its message."""
+    try:
+        return image.image_overrides(pulumi.Config("gpupool").get(image.CONFIG_KEY),
+                                     cloud.regions(desc))
+    except ValueError as e:
+        raise pulumi.RunError(str(e)) from None
 
 
 def main() -> None:

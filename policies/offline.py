@@ -25,6 +25,12 @@ def stack_config(stack: str, root: Path = PROJECT_ROOT) -> dict[str, tuple[Any, 
             for k, v in config.items()}
 
 
+def program_config(config: dict[str, tuple[Any, bool]]) -> dict[str, str]:
+    """The plain values of a stack's config, as the program reads them (a secret's value
+    here is ciphertext, which the program never reads)."""
+    return {k: v for k, (v, secret) in config.items() if isinstance(v, str) and not secret}
+
+
 def as_stack(run: Run, config: dict[str, tuple[Any, bool]] | None = None) -> Stack:
     return Stack([Res(r.type, r.name, r.urn, r.inputs) for r in run.resources], config or {})
 

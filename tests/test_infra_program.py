@@ -25,7 +25,7 @@ from tests.conftest import ROOT, mutate, raw_stack
 
 STACKS = ["lab", "example"]
 COMPONENTS = {"NetworkSegments", "HybridLink", "PrivateEgress", "BurstPool", "StorageTiers",
-              "MungeKey", "ClusterServices"}
+              "MungeKey", "ClusterServices", "BurstImage"}
 
 
 @pytest.fixture(scope="module", params=STACKS)

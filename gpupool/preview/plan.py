@@ -11,6 +11,7 @@ import gc
 from collections import Counter
 from typing import Any
 
+import pulumi
 from rich.tree import Tree
 
 from gpupool.preview import pulumi_mock
@@ -50,9 +51,15 @@ KEY_INPUTS: dict[str, tuple[str, ...]] = {
 }
 
 
-def declare(desc: Description, stack: str, *, last: bool = False) -> pulumi_mock.Run:
-    """Run the Pulumi program for desc under mocks. last: the caller is a command that only
-    reports this run and exits (see below)."""
+class PlanError(Exception):
+    """The program refused the stack (a bad stack config value): its message, for people."""
+
+
+def declare(desc: Description, stack: str, *, last: bool = False,
+            config: dict[str, str] | None = None) -> pulumi_mock.Run:
+    """Run the Pulumi program for desc under mocks, with the stack config the program reads
+    (e.g. gpupool:burstImageId). last: the caller is a command that only reports this run
+    and exits (see below)."""
     # The run allocates a great many small objects (resources, outputs, futures) that all
     # live until it ends: the cyclic collector's passes over them took about half the CPU
     # time of a 1,000-node plan and freed nothing. Nor do its passes over the SDK's classes
@@ -62,7 +69,9 @@ def declare(desc: Description, stack: str, *, last: bool = False) -> pulumi_mock
     try:
         from infra import program  # noqa: PLC0415 - pulumi_aws is heavy; load it only here
 
-        return pulumi_mock.run(lambda: program.declare(desc), stack)
+        return pulumi_mock.run(lambda: program.declare(desc), stack, config)
+    except pulumi.RunError as e:
+        raise PlanError(str(e)) from None
     finally:
         if last:
             # That one collection, of the run's garbage (some 200,000 objects at 1,000

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,11 +39,25 @@ class Declared:
     inputs: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Invoked:
+    """One data source lookup (invoke): its token and arguments."""
+
+    token: str
+    args: dict[str, Any]
+
+
 @dataclass
 class Run:
     stack: str
     resources: list[Declared] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
+    invokes: list[Invoked] = field(default_factory=list)
+
+
+def mock_image_ami(name: str) -> str:
+    """The AMI id the mocks give an Image Builder image: stable per resource name."""
+    return "ami-" + hashlib.sha256(name.encode()).hexdigest()[:17]
 
 
 def plain(value: Any) -> Any:
@@ -57,7 +72,11 @@ def plain(value: Any) -> Any:
 
 
 class _Mocks(pulumi.runtime.Mocks):
-    """Echo inputs, fill the computed outputs the program reads (ids, ARNs)."""
+    """Echo inputs, fill the computed outputs the program reads (ids, ARNs, a built
+    image's AMI), record lookups."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict]:
         state = dict(args.inputs)
@@ -68,6 +87,8 @@ class _Mocks(pulumi.runtime.Mocks):
         state.setdefault("keyId", f"{args.name}-key-id")
         state.setdefault("prefixListId", f"pl-{args.name}")
         state.setdefault("dnsName", f"{args.name}.fsx.mock")
+        if args.typ == "aws:imagebuilder/image:Image":
+            state["outputResources"] = [{"amis": [{"image": mock_image_ami(args.name)}]}]
         if args.typ == "aws:ec2/vpnConnection:VpnConnection":
             # The tunnels' outside addresses (RFC 5737 documentation blocks).
             state.setdefault("tunnel1Address", "192.0.2.1")
@@ -75,6 +96,7 @@ class _Mocks(pulumi.runtime.Mocks):
         return f"{args.name}-id", state
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict, list]:
+        self.run.invokes.append(Invoked(args.token, plain(dict(args.args))))
         if args.token == "aws:ec2/getAmi:getAmi":  # noqa: S105 - an invoke token
             return {"id": MOCK_AMI, "imageId": MOCK_AMI, "name": "mock"}, []
         return {}, []
@@ -153,7 +175,7 @@ def _without_source_positions() -> Iterator[None]:
 
 def _run(program: Callable[[], None], stack: str, config: dict[str, str]) -> Run:
     result = Run(stack)
-    mocks = _Mocks()
+    mocks = _Mocks(result)
     settings.ROOT.set(None)
     pulumi.runtime.set_all_config(config)
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=True,

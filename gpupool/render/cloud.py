@@ -32,6 +32,11 @@ from gpupool.spec.model import (
 # Tag keys on every taggable AWS resource; Kubernetes objects carry the same as labels.
 TAG_POOL, TAG_TEAM, TAG_COST_CENTRE = "pool", "team", "cost-centre"
 SHARED = "shared"  # the team tag of resources every team uses
+TAG_BURST_REGION = "burst-region"  # on a burst region's image pipeline and its parts
+# On a burst launch template: where its AMI comes from, the name of its region's image
+# (infra/image.py) or IMAGE_FROM_CONFIG (the stack config's gpupool:burstImageId).
+TAG_BURST_IMAGE = "burst-image"
+IMAGE_FROM_CONFIG = "stack-config"
 S3_ENDPOINT_PEER = "s3-endpoint"  # the peer tag of the one rule that is not a flow
 S3_ENDPOINT_PORT = 443
 
@@ -43,9 +48,13 @@ STANDARD_IA_MIN_DAYS = 30
 DEEP_ARCHIVE_MIN_DAYS = 180
 ABORT_MULTIPART_DAYS = 7  # a failed upload's parts are garbage after a week
 ROOT_VOLUME_GIB = 200  # OS, drivers and container image cache
-# Canonical's Ubuntu 24.04 images, looked up by owner and name pattern (pinned here only).
-AMI_OWNER = "099720109477"
-AMI_NAME = "ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-*"
+# The burst image's parent: Debian's official Debian 12 AMIs, looked up by owner and name
+# pattern (pinned here only). Debian 12 because the roles are written and tested for it.
+AMI_OWNER = "136693071363"
+AMI_NAME = "debian-12-amd64-*"
+# The root device Debian's AMIs register (an image built from one keeps it): a launch
+# template's or recipe's mapping on another name adds a second volume instead.
+ROOT_DEVICE = "/dev/xvda"
 # FSx for Lustre SCRATCH_2 sizes: 1.2 TiB, then multiples of 2.4 TiB.
 FSX_MIN_GIB, FSX_STEP_GIB = 1200, 2400
 
@@ -221,6 +230,12 @@ def burst_name(desc: Description, group: str) -> str:
     return f"{desc.pool.name}-{group}"
 
 
+def burst_image_name(desc: Description, region: str) -> str:
+    """Name of a burst region's image pipeline and its parts (component, recipe,
+    configurations): one image per region serves every burst group there."""
+    return f"{desc.pool.name}-{region}-burst-image"
+
+
 def bucket_name(desc: Description, tier: str) -> str:
     """Globally unique by pool, tier and home region."""
     return f"{desc.pool.name}-{tier}-{desc.pool.cloud_region}"
@@ -344,9 +359,10 @@ TAG_SLURM_NODE = "gpupool:slurm-node"
 SLURMCTLD_PORT = 6817
 MUNGE_KEY_PATH = "/etc/munge/munge.key"
 SLURMD_DROPIN = "/etc/systemd/system/slurmd.service.d/gpupool-configless.conf"
-# The spot watcher's unit, one per node name (roles/slurm/tasks/compute.yml installs it;
+# The spot watcher's unit, one per node name (roles/slurm/tasks/node_files.yml installs it;
 # a test keeps the names equal).
 SPOT_WATCH_UNIT = "gpupool-spot-watch@{}.service"
+SPOT_WATCH_PROGRAM = "/usr/local/sbin/gpupool-spot-watch"  # slurm_spot_watch_program
 # Bounded waits at boot: a node that cannot learn its name or key within them fails its
 # user-data (and is terminated by suspend at ResumeTimeout) instead of hanging.
 BOOT_ATTEMPTS, BOOT_RETRY_S = 10, 6

@@ -11,6 +11,7 @@ from typing import Any
 
 from gpupool.render import flows, node_labels, slurm
 from gpupool.render import mig_config as mig_render
+from gpupool.spec.catalog import INSTANCE_TYPES
 from gpupool.spec.connection import Connection
 from gpupool.spec.facts import gpu_capacity, rack_places
 from gpupool.spec.model import Description
@@ -126,4 +127,32 @@ def build(desc: Description, extra_vars: dict[str, Any] | None = None,
             "vars": {**pool_vars(desc), **connection.all.ansible_vars(), **(extra_vars or {})},
             "children": children,
         }
+    }
+
+
+def burst_image_vars(desc: Description, region: str) -> dict[str, Any]:
+    """The variables playbooks/burst_image.yml runs with on an image builder's instance,
+    which no inventory knows: the pool-wide parts the image's roles read (the lock, the
+    teams' users and groups) and a `gpupool_node` for a burst node of the region. A burst
+    node has no declared address, class or firewall (its security groups are the flows,
+    infra/network.py) and its Kubernetes registration comes at boot (cloud.user_data)."""
+    groups = [g for g in desc.burst_groups.values() if g.region == region]
+    if not groups:
+        raise ValueError(f"no burst group bursts in {region}")
+    first = INSTANCE_TYPES[groups[0].instance_types[0]]
+    return {
+        "gpupool_pool": desc.pool.model_dump(mode="json"),
+        "gpupool_software": desc.software.model_dump(mode="json"),
+        "gpupool_teams": {n: t.model_dump(mode="json") for n, t in desc.teams.items()},
+        "gpupool_node": {
+            "name": f"burst-image-{region}",
+            "roles": ["compute"],
+            "addresses": {},
+            # The region's first instance type; the catalog knows no interconnect, so the
+            # image has no fabric manager (playbooks/burst_image.yml says what is left).
+            "gpu": {"model": first.gpu_model, "count": first.gpus,
+                    "memory_gib": first.gpu_memory_gib},
+            "kubernetes": None,
+            "inbound": [],
+        },
     }

@@ -10,13 +10,17 @@ from gpupool.cli.output import EXIT_OK, emit_json, err, out
 from gpupool.cli.registry import command
 from gpupool.preview import plan
 from gpupool.spec.model import Description
+from policies import offline
 
 
 @command("plan", "run the Pulumi program under mocks; show what it declares")
 def cmd_plan(args: argparse.Namespace, desc: Description) -> int:
     stack = args.stack if not args.file else desc.pool.name
+    # The stack config the program reads (gpupool:burstImageId), as `pulumi preview` would.
+    config = {} if args.file else offline.program_config(
+        offline.stack_config(stack, args.project_root))
     with err.status(f"running the Pulumi program for stack {stack} under mocks"):
-        result = plan.as_json(plan.declare(desc, stack, last=True))
+        result = plan.as_json(plan.declare(desc, stack, last=True, config=config))
     if args.json:
         emit_json(result)
         return EXIT_OK

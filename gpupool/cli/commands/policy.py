@@ -52,7 +52,8 @@ def cmd_policy(args: argparse.Namespace, desc: Description) -> int:
     stack = args.stack if not args.file else desc.pool.name
     config = {} if args.file else offline.stack_config(stack, args.project_root)
     with err.status(f"running the Pulumi program for stack {stack} and the policy pack"):
-        violations = offline.check(plan.declare(desc, stack, last=True), desc, config)
+        run = plan.declare(desc, stack, last=True, config=offline.program_config(config))
+        violations = offline.check(run, desc, config)
     mandatory = [v for v in violations if v.level == Level.MANDATORY]
     if args.json:
         emit_json({"stack": stack, "passed": not mandatory, "policies": len(POLICIES),

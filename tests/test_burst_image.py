@@ -1,0 +1,269 @@
+"""The burst image: one EC2 Image Builder pipeline per burst region, whose image the launch
+templates boot unless the stack config names one (mocks fixture: tests/_pulumi.py; the
+mocks echo inputs, so this proves what is declared, not what Image Builder would build)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from gpupool.preview import plan, pulumi_mock
+from gpupool.render import cloud, image, inventory
+from gpupool.spec import loader
+from gpupool.spec.model import Description
+from policies import offline
+from tests._pulumi import declared, declared_mutated, of_type, one
+from tests.conftest import ROOT, mutate, raw_stack
+
+STACKS = ["lab", "example"]
+OVERRIDE = "ami-0abcdef1234567890"
+IB = "aws:imagebuilder/"
+# The lab with a second burst region, its own hybrid link and group.
+TWO_REGIONS = [
+    {"set": "burst_groups.l4-london", "value": {
+        "region": "eu-west-2", "availability_zones": ["eu-west-2a"],
+        "instance_types": ["g6.xlarge"], "capacity": ["on-demand"], "min_nodes": 0,
+        "max_nodes": 1}},
+    {"set": "network.hybrid_links.eu-west-2", "value": {
+        "vpn": {"customer_gateway": "198.51.100.10", "bgp_asn": 65010}}},
+]
+
+
+@pytest.fixture(scope="module", params=STACKS)
+def stack(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def _desc(stack: str) -> Description:
+    return loader.load_stack(stack, ROOT)
+
+
+def _with_config(desc: Description, stack: str, value: str) -> pulumi_mock.Run:
+    return plan.declare(desc, stack, config={f"gpupool:{image.CONFIG_KEY}": value})
+
+
+def _document(run: pulumi_mock.Run, desc: Description, region: str) -> dict[str, Any]:
+    comp = one(run, "imagebuilder/component:Component", cloud.burst_image_name(desc, region))
+    return yaml.safe_load(comp.inputs["data"])
+
+
+def _steps(doc: dict[str, Any], phase: str) -> dict[str, dict[str, Any]]:
+    found = next(p for p in doc["phases"] if p["name"] == phase)
+    return {s["name"]: s for s in found["steps"]}
+
+
+def test_one_pipeline_and_image_per_burst_region(stack: str) -> None:
+    desc = _desc(stack)
+    run = declared(stack)
+    names = sorted(cloud.burst_image_name(desc, r) for r in cloud.regions(desc))
+    for kind in ("component:Component", "imageRecipe:ImageRecipe",
+                 "infrastructureConfiguration:InfrastructureConfiguration",
+                 "distributionConfiguration:DistributionConfiguration",
+                 "imagePipeline:ImagePipeline", "image:Image"):
+        assert sorted(r.name for r in of_type(run, f"{IB}{kind}")) == names, kind
+    assert set(run.outputs["image_pipelines"]) == set(cloud.regions(desc))
+
+
+def test_two_burst_regions_get_two_pipelines() -> None:
+    run = declared_mutated("lab", TWO_REGIONS)
+    pipelines = sorted(r.name for r in of_type(run, ":ImagePipeline"))
+    assert pipelines == ["lab-eu-west-1-burst-image", "lab-eu-west-2-burst-image"]
+    templates = {r.name: r.inputs["imageId"] for r in of_type(run, ":LaunchTemplate")}
+    assert templates == {"lab-l4-burst": pulumi_mock.mock_image_ami(pipelines[0]),
+                         "lab-l4-london": pulumi_mock.mock_image_ami(pipelines[1])}
+
+
+def test_the_recipe_builds_on_debians_official_debian_12(stack: str) -> None:
+    desc = _desc(stack)
+    run = declared(stack)
+    lookups = [c.args for c in run.invokes if c.token == "aws:ec2/getAmi:getAmi"]
+    assert lookups and all(a["owners"] == ["136693071363"] for a in lookups)
+    assert all({"name": "name", "values": ["debian-12-amd64-*"]} in a["filters"]
+               for a in lookups)
+    for region in cloud.regions(desc):
+        recipe = one(run, ":ImageRecipe", cloud.burst_image_name(desc, region)).inputs
+        assert recipe["parentImage"] == pulumi_mock.MOCK_AMI
+        assert recipe["components"] == [{"componentArn": "arn:mock:aws:imagebuilder/"
+                                         "component:Component:"
+                                         + cloud.burst_image_name(desc, region)}]
+
+
+def test_the_document_runs_the_image_playbook_locally_at_the_lock(stack: str) -> None:
+    desc = _desc(stack)
+    for region in cloud.regions(desc):
+        doc = _document(declared(stack), desc, region)
+        build = _steps(doc, "build")
+        assert list(build) == ["InstallAnsible", "FetchPlaybooks", "WriteVars", "RunPlaybook",
+                               "CleanUp"]
+        assert "apt-get install -y -q --no-install-recommends ansible" in \
+            build["InstallAnsible"]["inputs"]["commands"]
+        [fetch] = build["FetchPlaybooks"]["inputs"]
+        assert fetch["source"] == f"s3://{cloud.bucket_name(desc, 'datasets')}/" \
+                                  f"{image.ARTIFACT_KEY}"
+        run_cmd = " ".join(build["RunPlaybook"]["inputs"]["commands"])
+        assert "ansible-playbook -c local -i localhost," in run_cmd
+        assert run_cmd.endswith(" playbooks/burst_image.yml")
+        [written] = build["WriteVars"]["inputs"]
+        assert f"-e @{written['path']}" in run_cmd
+        image_vars = json.loads(written["content"])
+        assert image_vars == inventory.burst_image_vars(desc, region)
+        assert image_vars["gpupool_software"] == desc.software.model_dump(mode="json")
+        # Every locked version is written in the document itself.
+        data = one(declared(stack), ":Component", cloud.burst_image_name(desc, region)
+                   ).inputs["data"]
+        for component, version in desc.software.model_dump(mode="json").items():
+            if component != "blocklist":
+                assert f'"{component}": "{version}"' in data, component
+        checks = " ".join(_steps(doc, "validate")["BurstBootNeeds"]["inputs"]["commands"])
+        assert desc.software.slurm in checks and cloud.SPOT_WATCH_PROGRAM in checks
+
+
+def test_a_lock_change_is_a_new_component_and_recipe_version() -> None:
+    desc = _desc("lab")
+    name = cloud.burst_image_name(desc, "eu-west-1")
+    base = declared("lab")
+    moved = declared_mutated("lab", [{"set": "software.slurm", "value": "22.05.9"}])
+    for kind in (":Component", ":ImageRecipe"):
+        before, after = (one(r, kind, name).inputs["version"] for r in (base, moved))
+        assert before != after, kind
+        for v in (before, after):
+            fields = [int(f) for f in v.split(".")]
+            assert len(fields) == 3 and all(0 <= f < 2**30 for f in fields), v
+    # Deterministic: the same description gives the same versions.
+    again = plan.declare(desc, "lab")
+    assert one(again, ":ImageRecipe", name).inputs["version"] == \
+        one(base, ":ImageRecipe", name).inputs["version"]
+    doc = image.component_document(desc, "eu-west-1")
+    assert one(base, ":Component", name).inputs["version"] == image.version(doc)
+
+
+def test_launch_templates_boot_their_regions_built_image(stack: str) -> None:
+    desc = _desc(stack)
+    run = declared(stack)
+    for group, g in desc.burst_groups.items():
+        lt = one(run, ":LaunchTemplate", cloud.burst_name(desc, group)).inputs
+        name = cloud.burst_image_name(desc, g.region)
+        assert lt["imageId"] == pulumi_mock.mock_image_ami(name)
+        assert lt["tags"][cloud.TAG_BURST_IMAGE] == name
+        assert all(t["tags"][cloud.TAG_BURST_IMAGE] == name for t in lt["tagSpecifications"])
+        assert lt["blockDeviceMappings"][0]["deviceName"] == cloud.ROOT_DEVICE
+    assert run.outputs["burst_images"] == {
+        r: pulumi_mock.mock_image_ami(cloud.burst_image_name(desc, r))
+        for r in cloud.regions(desc)}
+
+
+def test_the_stack_config_names_a_prebuilt_image(stack: str) -> None:
+    desc = _desc(stack)
+    run = _with_config(desc, stack, OVERRIDE)
+    assert of_type(run, f"{IB}image:Image") == []
+    assert len(of_type(run, ":ImagePipeline")) == len(cloud.regions(desc))  # still declared
+    for group in desc.burst_groups:
+        lt = one(run, ":LaunchTemplate", cloud.burst_name(desc, group)).inputs
+        assert lt["imageId"] == OVERRIDE
+        assert lt["tags"][cloud.TAG_BURST_IMAGE] == cloud.IMAGE_FROM_CONFIG
+    assert run.outputs["burst_images"] == dict.fromkeys(cloud.regions(desc), OVERRIDE)
+    config = {f"gpupool:{image.CONFIG_KEY}": (OVERRIDE, False)}
+    assert offline.check(run, desc, config) == []
+
+
+def test_a_per_region_map_overrides_only_its_regions() -> None:
+    desc = loader.parse(mutate(raw_stack("lab"), TWO_REGIONS))
+    run = _with_config(desc, "lab", json.dumps({"eu-west-2": OVERRIDE}))
+    assert [r.name for r in of_type(run, f"{IB}image:Image")] == ["lab-eu-west-1-burst-image"]
+    templates = {r.name: r.inputs["imageId"] for r in of_type(run, ":LaunchTemplate")}
+    assert templates == {
+        "lab-l4-burst": pulumi_mock.mock_image_ami("lab-eu-west-1-burst-image"),
+        "lab-l4-london": OVERRIDE}
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("ami-nothex", "'ami-nothex' is not an AMI id"),
+    ('{"eu-north-1": "ami-0abcdef1234567890"}', "names 'eu-north-1', where the pool does not"),
+    ("{not json", "is not a JSON object"),
+    ('["ami-0abcdef1234567890"]', "is not an AMI id"),
+])
+def test_a_bad_config_value_is_refused_with_a_message(value: str, message: str) -> None:
+    with pytest.raises(plan.PlanError, match=message.replace("(", r"\(")):
+        _with_config(_desc("lab"), "lab", value)
+
+
+def test_one_ami_for_several_regions_is_refused() -> None:
+    desc = loader.parse(mutate(raw_stack("lab"), TWO_REGIONS))
+    with pytest.raises(plan.PlanError, match="names one AMI, but the pool bursts in "
+                                             "eu-west-1, eu-west-2"):
+        _with_config(desc, "lab", OVERRIDE)
+
+
+def test_the_build_runs_with_imdsv2_encrypted_and_terminates_on_failure(stack: str) -> None:
+    desc = _desc(stack)
+    run = declared(stack)
+    for region in cloud.regions(desc):
+        name = cloud.burst_image_name(desc, region)
+        infra = one(run, ":InfrastructureConfiguration", name).inputs
+        assert infra["instanceMetadataOptions"] == {"httpTokens": "required",
+                                                    "httpPutResponseHopLimit": 1}
+        assert infra["terminateInstanceOnFailure"] is True
+        zone = cloud.region_zones(desc, region)[0]
+        assert infra["subnetId"] == f"{desc.pool.name}-{region}-training-{zone}-id"
+        assert infra["securityGroupIds"] == [f"{desc.pool.name}-{region}-{s}-id"
+                                             for s in ("training", "management")]
+        assert infra["instanceProfileName"] == f"{name}-builder"
+        assert infra["instanceTypes"] == image.instance_types(desc, region)
+        [root] = one(run, ":ImageRecipe", name).inputs["blockDeviceMappings"]
+        assert root["deviceName"] == cloud.ROOT_DEVICE
+        assert root["ebs"]["encrypted"] == "true"
+        pipeline = one(run, ":ImagePipeline", name).inputs
+        assert "schedule" not in pipeline  # on demand only
+        [dist] = one(run, ":DistributionConfiguration", name).inputs["distributions"]
+        assert dist["region"] == region
+        ami = dist["amiDistributionConfiguration"]
+        assert ami["name"] == f"{name}-{{{{ imagebuilder:buildDate }}}}"
+        assert ami["amiTags"] == cloud.tags(desc, None, **{cloud.TAG_BURST_REGION: region})
+
+
+def test_the_builder_profile_is_least_privilege(stack: str) -> None:
+    desc = _desc(stack)
+    run = declared(stack)
+    for region in cloud.regions(desc):
+        name = f"{cloud.burst_image_name(desc, region)}-builder"
+        attached = sorted(r.inputs["policyArn"] for r in of_type(run, ":RolePolicyAttachment")
+                          if r.inputs["role"] == name)
+        assert attached == sorted([
+            "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
+            "arn:aws:iam::aws:policy/EC2InstanceProfileForImageBuilder",
+            f"arn:mock:aws:iam/policy:Policy:{name}"])
+        doc = json.loads(one(run, "iam/policy:Policy", name).inputs["policy"])
+        assert [(s["Action"], s["Resource"]) for s in doc["Statement"]] == [
+            (["s3:GetObject"], [f"arn:aws:s3:::{cloud.bucket_name(desc, 'datasets')}/"
+                                f"{image.ARTIFACT_KEY}"]),
+            (["kms:Decrypt"], [f"arn:mock:aws:kms/key:Key:{desc.pool.name}-key"])]
+
+
+def test_every_image_resource_carries_the_pool_and_region_tags(stack: str) -> None:
+    desc = _desc(stack)
+    found = [r for r in declared(stack).resources if r.type.startswith(IB)]
+    assert found
+    for r in found:
+        region = r.inputs["tags"][cloud.TAG_BURST_REGION]
+        assert r.inputs["tags"] == cloud.tags(desc, None, **{cloud.TAG_BURST_REGION: region})
+        if r.type.endswith(":InfrastructureConfiguration"):
+            assert r.inputs["resourceTags"] == r.inputs["tags"]  # the build instance's
+
+
+def test_the_spot_watcher_path_is_the_slurm_roles() -> None:
+    defaults = yaml.safe_load((ROOT / "roles/slurm/defaults/main.yml").read_text())
+    assert defaults["slurm_spot_watch_program"] == cloud.SPOT_WATCH_PROGRAM
+
+
+def test_the_artifact_holds_what_the_playbook_reads() -> None:
+    assert (ROOT / image.PLAYBOOK).is_file()
+    for path in image.ARTIFACT_PATHS:
+        assert (ROOT / path).exists(), path
+    play = yaml.safe_load((ROOT / image.PLAYBOOK).read_text())
+    roles = [r["role"] for p in play for r in p.get("roles", [])]
+    included = [t["ansible.builtin.include_role"]["name"] for p in play
+                for t in p.get("tasks", []) if "ansible.builtin.include_role" in t]
+    assert roles + included == ["common", "slurm"]
