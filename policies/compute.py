@@ -1,18 +1,19 @@
 """Compute: IMDSv2, encrypted volumes, EFA in cluster placement groups, spot only with
-checkpoints and requeue."""
+checkpoints and requeue, burst nodes boot the pool's pre-built image."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
 
-from gpupool.render import cloud
+from gpupool.render import cloud, image
 from gpupool.spec.model import Description, Purpose
 from policies.core import Level, Res, Stack, by_tag, resource_policy, stack_policy, tags_of
 from policies.types import (
     AWS_ASG,
     AWS_BUCKET,
     AWS_IAM_POLICY,
+    AWS_IMAGEBUILDER_IMAGE,
     AWS_INSTANCE,
     AWS_LAUNCH_TEMPLATE,
     AWS_PLACEMENT,
@@ -126,3 +127,40 @@ def spot_rebalance(stack: Stack, desc: Description) -> Iterator[tuple[str | None
     for asg in stack.of_type(AWS_ASG):
         if _spot(asg) and asg.props.get("capacityRebalance") is not True:
             yield asg.urn, "spot group does not use capacity rebalancing"
+
+
+def _prebuilt(stack: Stack, desc: Description) -> tuple[dict[str, str], str | None]:
+    """Region -> AMI id of the stack config's gpupool:burstImageId, or why it is unusable."""
+    value, _ = stack.config.get(f"gpupool:{image.CONFIG_KEY}", (None, False))
+    try:
+        return image.image_overrides(value if isinstance(value, str) else None,
+                                     cloud.regions(desc)), None
+    except ValueError as e:
+        return {}, str(e)
+
+
+@stack_policy("compute-burst-image-prebuilt", "compute", Level.MANDATORY,
+              "A burst group's launch template boots the pool's pre-built burst image: its "
+              "region's Image Builder image or the AMI of gpupool:burstImageId, never a bare "
+              "public AMI, which has neither slurmd, munge nor the NVIDIA stack to join with.")
+def burst_image_prebuilt(stack: Stack, desc: Description) -> Iterator[tuple[str | None, str]]:
+    given, problem = _prebuilt(stack, desc)
+    if problem:
+        yield None, problem
+    built = {(i.name, tags_of(i).get(cloud.TAG_BURST_REGION))
+             for i in stack.of_type(AWS_IMAGEBUILDER_IMAGE)}
+    for lt in stack.of_type(AWS_LAUNCH_TEMPLATE):
+        group = tags_of(lt).get(GROUP_TAG)
+        if group not in desc.burst_groups:
+            continue
+        region = desc.burst_groups[group].region
+        source = tags_of(lt).get(cloud.TAG_BURST_IMAGE)
+        ami = lt.props.get("imageId")
+        if source == cloud.IMAGE_FROM_CONFIG and region in given:
+            if ami is not None and ami != given[region]:
+                yield lt.urn, (f"burst group {group} boots {ami}, not {given[region]} that "
+                               f"gpupool:{image.CONFIG_KEY} names for {region}")
+        elif source is None or (source, region) not in built:
+            yield lt.urn, (f"burst group {group} boots {ami}, which is no pre-built burst "
+                           f"image: declare {region}'s image pipeline (infra/image.py) or set "
+                           f"gpupool:{image.CONFIG_KEY}")

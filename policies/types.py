@@ -16,6 +16,7 @@ AWS_VOLUME = "aws:ebs/volume:Volume"
 AWS_ASG = "aws:autoscaling/group:Group"
 AWS_PLACEMENT = "aws:ec2/placementGroup:PlacementGroup"
 AWS_IAM_POLICY = "aws:iam/policy:Policy"
+AWS_IMAGEBUILDER_IMAGE = "aws:imagebuilder/image:Image"
 
 K8S_NAMESPACE = "kubernetes:core/v1:Namespace"
 K8S_QUOTA = "kubernetes:core/v1:ResourceQuota"
