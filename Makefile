@@ -5,7 +5,7 @@ VENV := .venv/bin
 STACK ?= lab
 PYTEST_ARGS ?=
 
-.PHONY: bootstrap lab lab-down test lint unit integration bench clean
+.PHONY: bootstrap lab lab-down test lint unit integration bench burst-image-artifact clean
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -51,6 +51,13 @@ integration: bootstrap
 
 bench: bootstrap
 	$(VENV)/python -m bench
+
+## The burst image's artifact from this checkout's HEAD (the paths of
+## gpupool.render.image.ARTIFACT_PATHS); upload it to the key the image's build fetches
+## (s3://<datasets bucket>/gpupool/burst-image/gpupool-image.tar.gz) before a build.
+burst-image-artifact: bootstrap
+	mkdir -p .cache && git archive --format=tar.gz -o .cache/gpupool-image.tar.gz HEAD \
+	  $$($(VENV)/python -c 'from gpupool.render import image; print(*image.ARTIFACT_PATHS)')
 
 clean:
 	rm -rf .cache .pytest_cache .ruff_cache
