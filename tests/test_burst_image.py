@@ -79,7 +79,7 @@ def test_two_burst_regions_get_two_pipelines() -> None:
 def test_the_recipe_builds_on_debians_official_debian_12(stack: str) -> None:
     desc = _desc(stack)
     run = declared(stack)
-    lookups = [c.args for c in run.invokes if c.token == "aws:ec2/getAmi:getAmi"]
+    lookups = [c.args for c in run.invokes if c.token == pulumi_mock.GET_AMI]
     assert lookups and all(a["owners"] == ["136693071363"] for a in lookups)
     assert all({"name": "name", "values": ["debian-12-amd64-*"]} in a["filters"]
                for a in lookups)

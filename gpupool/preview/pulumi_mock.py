@@ -25,6 +25,7 @@ from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 PROJECT = "gpupool"
 MOCK_AMI = "ami-0123456789abcdef0"
+GET_AMI = "aws:ec2/getAmi:getAmi"  # the AMI lookup's invoke token
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ class _Mocks(pulumi.runtime.Mocks):
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict, list]:
         self.run.invokes.append(Invoked(args.token, plain(dict(args.args))))
-        if args.token == "aws:ec2/getAmi:getAmi":  # noqa: S105 - an invoke token
+        if args.token == GET_AMI:
             return {"id": MOCK_AMI, "imageId": MOCK_AMI, "name": "mock"}, []
         return {}, []
 
