@@ -2,10 +2,9 @@
 
 moto runs instant EC2 Fleets from a launch template with per-type, per-subnet overrides,
 but it cannot run out of capacity and it ignores a placement group. `capacity_proxy` is a
-fixture in front of it: it records every CreateFleet request (so the tests read the
-placement group, overrides and order the program asked for), and answers a fleet for an
-instance type it was told is short the way EC2 does, with a 200 whose errorSet carries
-the error code and no instance; everything else goes to moto.
+fixture in front of it (gpupool.lab.localaws.CapacityProxy): it records every CreateFleet
+request (so the tests read the placement group, overrides and order the program asked
+for), and answers a fleet for an instance type it was told is short the way EC2 does.
 """
 
 from __future__ import annotations
@@ -14,12 +13,7 @@ import ipaddress
 import json
 import subprocess
 import sys
-import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -28,20 +22,13 @@ import pytest
 from botocore.exceptions import ClientError
 
 from gpupool.lab import localaws
+from gpupool.lab.localaws import ICE, CapacityProxy, overrides
 from gpupool.onhost import burst, spot_watch
 from gpupool.render import cloud, slurm
 from gpupool.spec import loader
 
 REGION = "eu-west-1"
 GROUP = "l4-burst"
-FLEET_ERROR = ("<?xml version='1.0' encoding='UTF-8'?><CreateFleetResponse "
-               "xmlns='http://ec2.amazonaws.com/doc/2016-11-15/'><requestId>fixture"
-               "</requestId><fleetId>fleet-fixture</fleetId><errorSet><item><lifecycle>"
-               "{market}</lifecycle><errorCode>{code}</errorCode><errorMessage>We currently "
-               "do not have sufficient {itype} capacity in the Availability Zone you "
-               "requested.</errorMessage></item></errorSet><fleetInstanceSet/>"
-               "</CreateFleetResponse>")
-ICE = "InsufficientInstanceCapacity"
 
 
 @pytest.fixture(autouse=True)
@@ -57,70 +44,11 @@ def moto_url():
         yield url
 
 
-def overrides(form: dict[str, str]) -> list[dict[str, str]]:
-    """A CreateFleet request's overrides, in order, as flat {field: value} dicts."""
-    out: dict[int, dict[str, str]] = {}
-    prefix = "LaunchTemplateConfigs.1.Overrides."
-    for key, value in form.items():
-        if key.startswith(prefix):
-            index, _, field = key[len(prefix):].partition(".")
-            out.setdefault(int(index), {})[field] = value
-    return [out[i] for i in sorted(out)]
-
-
-class CapacityProxy:
-    """Fixture: EC2 out of capacity for the instance types in `short` (type -> the error
-    code its fleets report); moto for the rest. Every CreateFleet form lands in `fleets`."""
-
-    def __init__(self, upstream: str) -> None:
-        self.upstream = upstream
-        self.short: dict[str, str] = {}
-        self.refused: list[tuple[str, str]] = []
-        self.fleets: list[dict[str, str]] = []
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                form = {k: v[0] for k, v in urllib.parse.parse_qs(body.decode()).items()}
-                if form.get("Action") == "CreateFleet":
-                    proxy.fleets.append(form)
-                    market = form["TargetCapacitySpecification.DefaultTargetCapacityType"]
-                    itype = overrides(form)[0]["InstanceType"]
-                    if itype in proxy.short:
-                        proxy.refused.append((market, itype))
-                        self._reply(200, FLEET_ERROR.format(
-                            market=market, code=proxy.short[itype], itype=itype).encode())
-                        return
-                req = urllib.request.Request(  # noqa: S310 - loopback moto
-                    proxy.upstream + self.path, data=body,
-                                             headers=dict(self.headers), method="POST")
-                try:
-                    with urllib.request.urlopen(req) as resp:  # noqa: S310 - loopback moto
-                        self._reply(resp.status, resp.read())
-                except urllib.error.HTTPError as exc:  # moto's own errors pass through
-                    self._reply(exc.code, exc.read())
-
-            def _reply(self, status: int, data: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "text/xml")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-
 @pytest.fixture
 def capacity_proxy(moto_url):
     proxy = CapacityProxy(moto_url)
     yield proxy
-    proxy.server.shutdown()
+    proxy.stop()
 
 
 @pytest.fixture(scope="module")
@@ -360,7 +288,7 @@ def test_the_blackout_ends_by_a_transient_timer(monkeypatch):
     assert timer == ["systemd-run", "--unit=gpupool-burst-release-l4-burst-0",
                      "--on-active=600s", "--timer-property=AccuracySec=1s", "--collect",
                      "--quiet", "--", "scontrol", "update", "nodename=l4-burst-0",
-                     "state=resume"]
+                     "state=power_down_force"]
     assert update == ["scontrol", "update", "nodename=l4-burst-0", "state=down", "reason=a b"]
     assert timer_kw["timeout"] == update_kw["timeout"] == burst.COMMAND_TIMEOUT_S
     with pytest.raises(ValueError, match="node"):

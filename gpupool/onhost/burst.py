@@ -19,8 +19,13 @@ When every pair is out of capacity the node is marked DOWN with a reason, so slu
 requeues its jobs onto other nodes at once instead of waiting out ResumeTimeout and asking
 for the same node again; a transient systemd timer returns it to service after the
 group's blackout (`capacity_blackout_s`), so a blackout is bounded even when no further
-resume or suspend runs. An operator keeping the node out longer stops the timer
-(`systemctl stop gpupool-burst-release-NODE.timer`).
+resume or suspend runs. It returns it with `state=power_down_force`, not `state=resume`:
+the node is DOWN while still powering up (or, past ResumeTimeout, powered down), and in
+Slurm 22.05 `resume` leaves a powering-up node waiting for a boot that never comes until
+ResumeTimeout marks it DOWN again, while a forced power down takes it through
+SuspendProgram (nothing to terminate) back to idle and powered down (measured in the lab,
+tests/integration/test_slurm_lab.py). An operator keeping the node out longer stops the
+timer (`systemctl stop gpupool-burst-release-NODE.timer`).
 
 Suspend terminates the node's instances: only those tagged with this pool and that node
 name, so another pool's nodes of the same name in the same account are never touched.
@@ -380,7 +385,7 @@ def release_later(node: str, delay_s: int) -> None:
     out = subprocess.run(
         ["systemd-run", f"--unit={RELEASE_UNIT.format(node=check_node(node))}",
          f"--on-active={delay_s}s", "--timer-property=AccuracySec=1s", "--collect",
-         "--quiet", "--", "scontrol", "update", f"nodename={node}", "state=resume"],
+         "--quiet", "--", "scontrol", "update", f"nodename={node}", "state=power_down_force"],
         capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
     if out.returncode:
         # Typically a timer of an earlier blackout still pending: it releases the node.
