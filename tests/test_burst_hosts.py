@@ -129,3 +129,14 @@ def test_declared_network_and_templates_are_what_the_launch_and_boot_read() -> N
         assert data["MetadataOptions"]["HttpTokens"] == "required"
         assert data["MetadataOptions"]["InstanceMetadataTags"] == "enabled"
         assert base64.b64decode(data["UserData"]).decode().startswith("#!/bin/bash\n")
+
+
+def test_the_labs_hybrid_link_exempts_exactly_cloud_to_onprem_from_masquerade() -> None:
+    rules = burst_hosts._link_rules(DESC)
+    pairs = {(r[r.index("-s") + 1], r[r.index("-d") + 1]) for r in rules}
+    onprem = {s.cidr for s in DESC.network.segments.values()}
+    clouds = set(cloud.vpc_cidrs(DESC))
+    assert pairs == {(c, o) for c in clouds for o in onprem} | {
+        (o, c) for c in clouds for o in onprem}
+    assert all(r[0] == "POSTROUTING" and r[-2:] == ["-j", "ACCEPT"] for r in rules)
+    assert all(f"gpupool lab {DESC.pool.name} hybrid link" in r for r in rules)

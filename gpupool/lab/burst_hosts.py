@@ -14,8 +14,9 @@ boots a real host, which joins Slurm by the launch template's real user-data.
 - **The network**: the pool's cloud subnets of the burst region, declared in moto as
   infra/network.py declares them (tags `pool` and `segment`), and one podman network per
   subnet with the subnet's CIDR, so a host gets the private address EC2 gave its
-  instance. The host reaches the controller through this machine's routing (the lab's
-  stand-in for the hybrid link; podman masquerades between its networks).
+  instance. The lab's stand-in for the hybrid link is this machine's routing between its
+  networks, with the pool's cloud blocks and on-prem segments exempt from podman's
+  masquerade (link_up): addresses arrive unchanged, as over a VPN.
 - **The boot**: the instance's user-data (from its launch template) is the host's NoCloud
   seed; the metadata fixture serves the instance's id, type, zone, life cycle, tags and the
   instance role's (fixture) credentials.
@@ -34,6 +35,7 @@ import base64
 import hashlib
 import json
 import shlex
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,7 @@ ENDPOINT_FILE = "/etc/gpupool-lab/aws-endpoint"
 ROLE_NAME = "gpupool-burst-node"  # the instance profile's role, as the metadata names it
 FIXTURE_KEY = "fixture"  # moto's fixture credentials, not a secret
 BUILD_TIMEOUT_S = 900
+LINK_COPIES_MAX = 10
 DEBIAN_LIST = "deb http://deb.debian.org/debian bookworm main\n"
 
 # Run in a container of the committed source host (no systemd): what makes a converged
@@ -259,6 +262,40 @@ def aws_address(desc: Description) -> str:
     return str(info[0]["subnets"][0]["gateway"])
 
 
+def _link_rules(desc: Description) -> list[list[str]]:
+    """iptables nat rules that route the pool's cloud blocks and its on-prem segments to
+    each other unchanged, as the hybrid link (a VPN) does: podman masquerades traffic
+    that leaves a network, and slurmctld takes a cloud node's address from where its
+    registration comes from (cloud_reg_addrs), so a masqueraded node would be unreachable."""
+    onprem = [s.cidr for _, s in sorted(desc.network.segments.items())]
+    comment = ["-m", "comment", "--comment", f"gpupool lab {desc.pool.name} hybrid link"]
+    pairs = [(x, o) for x in cloud.vpc_cidrs(desc) for o in onprem]
+    return [["POSTROUTING", "-s", a, "-d", b, *comment, "-j", "ACCEPT"]
+            for x, o in pairs for a, b in ((x, o), (o, x))]
+
+
+def _iptables(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["iptables", "-w", "10", "-t", "nat", *args], capture_output=True,
+                          text=True, timeout=30, check=False)
+
+
+def link_up(desc: Description) -> None:
+    """The lab's hybrid link (idempotent)."""
+    for rule in _link_rules(desc):
+        if _iptables("-C", *rule).returncode != 0:
+            done = _iptables("-I", *rule)
+            if done.returncode != 0:
+                raise BurstLabError(f"iptables -I {' '.join(rule)}: {done.stderr.strip()}")
+
+
+def link_down(desc: Description) -> None:
+    for rule in _link_rules(desc):
+        for _ in range(LINK_COPIES_MAX):  # copies left by runs that never removed theirs
+            if _iptables("-C", *rule).returncode != 0:
+                break
+            _iptables("-D", *rule)
+
+
 def _running(ec2: Any, desc: Description) -> list[dict[str, Any]]:
     found = ec2.describe_instances(Filters=[
         {"Name": f"tag:{cloud.TAG_POOL}", "Values": [desc.pool.name]},
@@ -306,6 +343,7 @@ def sync(desc: Description, ec2: Any, image: str, endpoint: str,
         tags = _tags(instance)
         if cloud.TAG_SLURM_NODE in tags and instance.get("SubnetId") in subnets:
             wanted[tags[cloud.TAG_SLURM_NODE]] = instance
+    link_up(desc)
     present = _present(desc)
     for node, instance_id in present.items():
         if wanted.get(node, {}).get("InstanceId") != instance_id:
@@ -337,6 +375,7 @@ def remove_all(desc: Description) -> list[str]:
     aws = [n for n in nets if n.startswith(f"{hosts.prefix(desc)}-aws-")]
     if aws:
         hosts.podman("network", "rm", "-f", *aws)
+    link_down(desc)
     return present + aws
 
 
