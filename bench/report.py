@@ -96,6 +96,15 @@ RUNBOOK_FIGURES: dict[str, list[Figure]] = {
         ("burst node: resume to job done", "slurm_lab", "burst_resume_to_job_done_s", "s"),
         ("burst node: idle to suspended", "slurm_lab", "burst_idle_to_suspended_s", "s"),
     ],
+    "burst-node-never-joins.md": [
+        ("burst node: launch (resume program)", "slurm_lab", "burst_launch_s", "s"),
+        ("burst node: host boot to job running", "slurm_lab", "burst_boot_to_job_running_s",
+         "s"),
+    ],
+    "spot-interruption.md": [
+        ("spot notice: job requeued / running again", "slurm_lab",
+         "spot_notice_to_requeued_s spot_notice_to_running_again_s", "s"),
+    ],
 }
 
 

@@ -7,28 +7,33 @@ sacct, sprio, sshare, scontrol). Fixtures, named as such:
   slurmd counts and hands them out, nothing computes on them;
 - the burst "cloud": slurmctld's ResumeProgram/SuspendProgram in the lab only record
   requests (no cloud is reachable); this test acts on them with the real gpupool.onhost.burst code
-  against a local EC2 (moto on 127.0.0.1) and "boots" the cloud node by starting its slurmd
-  on lab-ctl.
+  against a local EC2 (moto on this machine), and the lab's burst data plane
+  (gpupool.lab.burst_hosts) boots each instance moto reports as a lab host from the burst
+  image, with the launch template's user-data and a FIXTURE metadata service.
 - jobs are submitted as root on behalf of each team (root is added to the team accounts).
 Timings are recorded in bench/results/slurm_lab.json, never asserted.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
+import shlex
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+import boto3
 import pytest
 import yaml
 
 import bench.slurm_lab
+from gpupool.lab import burst_hosts, localaws, slurm_cluster
 from gpupool.lab import hosts as lab_mod
-from gpupool.lab import localaws, slurm_cluster
 from gpupool.onhost import burst
-from gpupool.paths import PROJECT_ROOT
-from gpupool.render import slurm
+from gpupool.render import cloud, slurm
 from gpupool.spec.facts import controller, rack_places
 from tests.conftest import lab_description
 from tests.integration.conftest import Run, ansible_playbook
@@ -44,8 +49,6 @@ CLASSES = {c.name: c for c in slurm.class_policies(DESC)}
 TOP, *_, LOW = list(CLASSES)  # interactive ... deferred
 MID = next(c for c in CLASSES if c not in (TOP, LOW))  # training
 GPUS_PER_NODE = next(n.gpus for n in slurm.nodes(DESC))
-ROLE_DEFAULTS = yaml.safe_load((PROJECT_ROOT / "roles/slurm/defaults/main.yml").read_text())
-RUNNERS = [ROLE_DEFAULTS["slurm_prolog_program"], ROLE_DEFAULTS["slurm_epilog_program"]]
 
 # A deferred job that checkpoints on SIGTERM and, when the signal is a preemption
 # (PreemptTime set), hands itself back to the queue: the contract for preemptible work,
@@ -329,97 +332,246 @@ def test_fairshare_orders_teams_after_usage(cluster):
     cluster.cancel_all()
 
 
-def test_burst_node_resumed_when_full_and_suspended_when_idle(cluster):
-    relay = "/var/spool/slurm/gpupool-burst-requests"
-    cluster.sh(f"rm -f {relay}")
-    # The cloud image's slurmd, installed up front on lab-ctl where the "instance" runs,
-    # and purged afterwards: lab-ctl must leave this proof as the roles left it (an
-    # unheld slurmd there fails the gate's software.locked_version_held[slurm]).
-    had_slurmd = cluster.sh("command -v slurmd || true").strip() != ""
-    cluster.sh("command -v slurmd >/dev/null || (DEBIAN_FRONTEND=noninteractive apt-get "
-               "install -y -q --no-install-recommends slurmd >/dev/null && systemctl "
-               "disable --now slurmd)", timeout=300)
+RELAY = "/var/spool/slurm/gpupool-burst-requests"  # the lab's ResumeProgram's record
 
-    node = CLOUD[0].name
+
+@dataclass
+class AwsLab:
+    """The lab's AWS for the burst proofs: moto reachable from lab hosts, declared as the
+    Pulumi program declares the burst region (subnets, launch templates, the munge secret),
+    and the burst data plane that boots its instances (gpupool.lab.burst_hosts)."""
+    ec2: Any
+    config: dict[str, Any]
+    url: str
+    region: str
+    subnets: dict[str, tuple[str, str]]
+    image: str
+    capacity: localaws.CapacityProxy  # the resume program's EC2: moto, short on demand
+    handled: dict[str, int] = field(default_factory=dict)  # relay requests acted on, by kind
+
+    def sync(self) -> dict[str, str]:
+        return burst_hosts.sync(DESC, self.ec2, self.image, self.url, self.region)
+
+    def _new_requests(self, cluster: Slurm, kind: str) -> list[list[str]]:
+        """The hostlists of slurmctld's requests of one kind not handled yet (the relay
+        file only grows while the proofs run)."""
+        lines = [ln.split() for ln in cluster.sh(f"cat {RELAY} 2>/dev/null || true").splitlines()
+                 if len(ln.split()) == 3 and ln.split()[1] == kind]
+        new = lines[self.handled.get(kind, 0):]
+        return [burst.expand_hostlist(ln[2]) for ln in new]
+
+    def _handled(self, kind: str) -> None:
+        self.handled[kind] = self.handled.get(kind, 0) + 1
+
+    def resume_requested(self, cluster: Slurm,
+                         release: Callable[[str, int], None] = burst.release_later
+                         ) -> tuple[str, list[burst.Launched]]:
+        """slurmctld's next resume request (one node), carried out by the real resume
+        program."""
+        (node,), *_ = wait_for("slurmctld's resume request",
+                               lambda: self._new_requests(cluster, "resume"), 60)
+        self._handled("resume")
+        return node, burst.resume(self.ec2, self.config, [node],
+                                  update=scontrol_update(cluster), release=release)
+
+    def suspend_requested(self, cluster: Slurm, *nodes: str, instance: bool = True) -> None:
+        """slurmctld's suspend requests for idle nodes (one request may name several),
+        carried out by the real suspend program's steps: terminate their instances (when
+        they have them), lift a spot drain."""
+        asked: set[str] = set()
+
+        def requested() -> bool:
+            for hostlist in self._new_requests(cluster, "suspend"):
+                self._handled("suspend")
+                asked.update(hostlist)
+            return asked >= set(nodes)
+
+        wait_for("slurmctld's suspend request", requested, 120)
+        assert bool(burst.suspend(self.ec2, list(nodes))) == instance
+        burst.clear_spot_drains(burst.spot_records(cluster.sh(
+            "sinfo --Node -h -o '%N|%T|%E'")), list(nodes), update=scontrol_update(cluster))
+        assert self.sync() == {}
+        wait_for("the nodes powered down", lambda: all(cluster.node_states().get(n) in (
+            "idle~", "idle%") for n in nodes), 120)
+        assert burst.live_instances(self.ec2, list(nodes)) == {}
+
+
+def scontrol_update(cluster: Slurm) -> Callable[..., None]:
+    """The burst program's `scontrol update ARGS` (an argv there), run on the controller."""
+    return lambda *args: cluster.sh("scontrol update " + " ".join(map(shlex.quote, args)))
+
+
+def on_host(node: str, command: str) -> str:
+    """A command's output on a burst host (empty when the host is gone)."""
+    return lab_mod.podman("exec", burst_hosts.host_name(DESC, node), "sh", "-c", command,
+                          check=False).stdout
+
+
+@pytest.fixture(scope="module")
+def aws_lab(cluster):
+    cluster.sh(f"rm -f {RELAY}")
     with contextlib.ExitStack() as stack:
-        if not had_slurmd:
-            stack.callback(cluster.sh, "DEBIAN_FRONTEND=noninteractive apt-get purge -y -q "
-                           "slurmd >/dev/null", timeout=300,
-                           check=False)
-        stack.callback(cluster.sh, "[ -f /run/slurmd.pid ] && kill $(cat /run/slurmd.pid)",
-                       check=False)
-        # The burst image is built by the same slurm role as an on-prem node, so it carries
-        # the Prolog=/Epilog= runners slurm.conf names (a missing one drains the node and
-        # requeues the job); the fixture instance gets copies, removed afterwards. Their
-        # part directories stay absent (no DCGM here), which the runners take as no parts.
-        onprem = burst.expand_hostlist(ONPREM)[0]
-        for program in RUNNERS:
-            if cluster.sh(f"[ -e {program} ] || echo absent").strip() == "absent":
-                cluster.write(program, cluster.sh(f"cat {program}", node=onprem).rstrip("\n"))
-                cluster.sh(f"chmod 0755 {program}")
-                stack.callback(cluster.sh, f"rm -f {program}", check=False)
-        config = slurm.burst_config(DESC)
-        config["endpoint_url"] = stack.enter_context(localaws.endpoint())
+        stack.callback(burst_hosts.remove_all, DESC)
+        t = time.monotonic()
+        image = burst_hosts.build_image(DESC)
+        cluster.figures["burst_image_ready_s"] = round(time.monotonic() - t, 1)
+        url = stack.enter_context(localaws.endpoint(burst_hosts.aws_address(DESC)))
+        capacity = localaws.CapacityProxy(url, burst_hosts.aws_address(DESC))
+        stack.callback(capacity.stop)
+        config = {**slurm.burst_config(DESC), "endpoint_url": capacity.url}
         ec2 = burst.client(config, [c.name for c in CLOUD])
-        image = ec2.describe_images(MaxResults=5)["Images"][0]["ImageId"]
-        for group in config["groups"].values():
-            ec2.create_launch_template(LaunchTemplateName=group["launch_template"],
-                                       LaunchTemplateData={"ImageId": image})
+        region = DESC.burst_groups[next(iter(DESC.burst_groups))].region
+        subnets = burst_hosts.declare_network(ec2, DESC, region)
+        ami = ec2.describe_images(MaxResults=5)["Images"][0]["ImageId"]
+        burst_hosts.declare_templates(ec2, DESC, ami)
+        # The operator's step after `pulumi up`: the controller's key into the secret.
+        key = base64.b64decode(cluster.sh("base64 -w0 /etc/munge/munge.key"))
+        boto3.client("secretsmanager", region_name=region, endpoint_url=url).create_secret(
+            Name=cloud.munge_secret_name(DESC), SecretBinary=key)
+        yield AwsLab(ec2, config, url, region, subnets, image, capacity)
 
-        full = [cluster.sbatch(f"-p {LOW}", f"-A {TEAMS[0]}", f"--gpus={GPUS_PER_NODE}",
-                               "-C onprem", work=120) for _ in range(3)]
-        wait_for("the pool full", lambda: all(cluster.state(j) == "RUNNING" for j in full), 30)
-        t0 = time.monotonic()
-        job = cluster.sbatch(f"-p {LOW}", f"-A {TEAMS[1]}", f"--gpus={GPUS_PER_NODE}", work=5)
-        line = wait_for("slurmctld's resume request", lambda: cluster.sh(
-            f"grep ' resume ' {relay} || true").strip(), 60)
-        requested = burst.expand_hostlist(line.split()[-1])
-        assert len(requested) == 1
-        node = requested[0]
-        _, group = burst.group_of(config, node)
-        ctl_addr = DESC.nodes[CTL].addresses["management"]
 
-        def update(*args: str) -> None:
-            # The program tells slurmctld the instance's address; the fixture instance is
-            # lab-ctl, so its address stands in for the (unreachable) EC2 private IP.
-            cluster.sh("scontrol update " + " ".join(
-                f"nodeaddr={ctl_addr}" if a.startswith("nodeaddr=") else a for a in args))
+def _boot_failure(node: str, cluster: Slurm) -> str:
+    boot = on_host(node, "tail -30 /var/log/cloud-init-output.log; systemctl --no-pager "
+                   "status slurmd munge gpupool-fixture-imds | tail -30")
+    return f"{cluster.sh(f'scontrol show node {node}')}\n{boot}"
 
-        launched = burst.resume(ec2, config, [node], update=update)
-        assert [g.instance_type for g in launched] == group["instance_types"][:1]
-        # The "instance boots": its slurmd starts (on lab-ctl) and registers the node; -b
-        # reports a fresh boot (a container shares the host's boot time, which slurmctld
-        # would take for a node that never rebooted). Configless, as a burst image boots:
-        # slurmd takes its configuration from slurmctld (--conf-server), not from /etc/slurm.
-        port = ROLE_DEFAULTS["slurm_ctld_port"]
-        cluster.sh(f"for i in $(seq 0 {GPUS_PER_NODE - 1}); do [ -e /dev/nvidia$i ] || "
-                   f"mknod /dev/nvidia$i c 195 $i; done; mkdir -p /var/lib/slurm/slurmd; "
-                   f"slurmd -b -N {node} --conf-server {ctl_addr}:{port}")
-        # What slurmd fetched is cached in its spool (22.05: SlurmdSpoolDir/conf-cache);
-        # removed afterwards.
-        cache = "/var/lib/slurm/slurmd/conf-cache"
-        stack.callback(cluster.sh, f"rm -rf {cache}", check=False)
-        try:
-            wait_for("the job on the cloud node", lambda: cluster.state(job) == "COMPLETED",
-                     120)
-        except lab_mod.LabError as e:
-            raise AssertionError(f"{e}\n{cluster.sh(f'scontrol show node {node}')}\n"
-                                 f"{cluster.sh(f'scontrol show job {job}')}") from e
-        cluster.figures["burst_resume_to_job_done_s"] = round(time.monotonic() - t0, 1)
-        fetched = cluster.sh(f"ls {cache} 2>/dev/null || true").split()
-        assert {"slurm.conf", "gres.conf"} <= set(fetched), (
-            fetched, cluster.sh("tail -20 /var/log/slurm/slurmd.log", check=False))
-        assert cluster.job(job)["NodeList"] == node
+
+def test_burst_instance_boots_into_the_pool_runs_the_job_and_is_terminated(cluster, aws_lab):
+    """A job no on-prem node can take: slurmctld asks for a cloud node, the real resume
+    program launches it through its group's launch template into the pool's subnet (moto;
+    the first instance type out of capacity, so the next in the declared order), the lab
+    turns the instance into a host booted from the burst image with the template's real
+    user-data, which takes the node name from the instance tags, the munge key from Secrets
+    Manager and starts slurmd configless. The job runs there; idle, the node is suspended
+    and its instance terminated, which removes the host."""
+    group = next(iter(aws_lab.config["groups"].values()))
+    first, second, *_ = group["instance_types"]
+    full = [cluster.sbatch(f"-p {LOW}", f"-A {TEAMS[0]}", f"--gpus={GPUS_PER_NODE}",
+                           "-C onprem", work=180) for _ in range(3)]
+    wait_for("the pool full", lambda: all(cluster.state(j) == "RUNNING" for j in full), 30)
+    t0 = time.monotonic()
+    job = cluster.sbatch(f"-p {LOW}", f"-A {TEAMS[1]}", f"--gpus={GPUS_PER_NODE}", work=5)
+    aws_lab.capacity.short = {first: localaws.ICE}
+    try:
+        node, (launched,) = aws_lab.resume_requested(cluster)
+    finally:
+        aws_lab.capacity.short = {}
+    assert launched.instance_type == second
+    assert aws_lab.capacity.refused[-1] == (launched.market, first)
+    (instance,) = [i for r in aws_lab.ec2.describe_instances(
+        InstanceIds=[launched.instance_id])["Reservations"] for i in r["Instances"]]
+    assert aws_lab.subnets[instance["SubnetId"]][0] == group["subnet_segment"]
+    t1 = time.monotonic()
+    cluster.figures["burst_launch_s"] = round(t1 - t0, 1)
+    assert aws_lab.sync() == {node: launched.instance_id}
+    try:
+        wait_for("the job running on the burst host",
+                 lambda: cluster.state(job) in ("RUNNING", "COMPLETED"), 240)
+        cluster.figures["burst_boot_to_job_running_s"] = round(time.monotonic() - t1, 1)
+        wait_for("the job done", lambda: cluster.state(job) == "COMPLETED", 60)
+    except lab_mod.LabError as e:
+        raise AssertionError(f"{e}\n{_boot_failure(node, cluster)}") from e
+    cluster.figures["burst_resume_to_job_done_s"] = round(time.monotonic() - t0, 1)
+    assert cluster.job(job)["NodeList"] == node
+    shown = cluster.sh(f"scontrol show node {node}")
+    assert f"NodeAddr={instance['PrivateIpAddress']} " in shown, shown
+    # The node's key came from the secret (the image carries none), its configuration
+    # from slurmctld (configless: the image carries no slurm.conf).
+    assert on_host(node, "sha256sum < /etc/munge/munge.key").strip() == cluster.sh(
+        "sha256sum < /etc/munge/munge.key").strip()
+    assert on_host(node, "ls /etc/slurm/slurm.conf 2>/dev/null || echo none").strip() == "none"
+    assert "slurm.conf" in on_host(node, "ls /var/lib/slurm/slurmd/conf-cache")
+
+    cluster.cancel_all()
+    t2 = time.monotonic()
+    aws_lab.suspend_requested(cluster, node)
+    cluster.figures["burst_idle_to_suspended_s"] = round(time.monotonic() - t2, 1)
+
+
+def test_no_capacity_anywhere_sets_cloud_nodes_down_with_the_reason(cluster, aws_lab):
+    """Every instance type out of capacity: each cloud node slurmctld asks for is set DOWN
+    at once with the reason and a bounded blackout (the release timer, recorded here), so
+    its job goes back to the queue instead of waiting out ResumeTimeout; no instance is
+    left running."""
+    group = next(iter(aws_lab.config["groups"].values()))
+    full = [cluster.sbatch(f"-p {LOW}", f"-A {TEAMS[0]}", f"--gpus={GPUS_PER_NODE}",
+                           "-C onprem", work=180) for _ in range(3)]
+    wait_for("the pool full", lambda: all(cluster.state(j) == "RUNNING" for j in full), 30)
+    job = cluster.sbatch(f"-p {LOW}", f"-A {TEAMS[1]}", f"--gpus={GPUS_PER_NODE}", work=5)
+    released: list[tuple[str, int]] = []
+    aws_lab.capacity.short = dict.fromkeys(group["instance_types"], localaws.ICE)
+    downed = []
+    try:
+        # slurmctld moves the job to the next cloud node as each goes down: one request
+        # per node of the group, then none is left.
+        for _ in group["nodes"]:
+            node, launched = aws_lab.resume_requested(
+                cluster, release=lambda n, s: released.append((n, s)))
+            assert launched == []
+            downed.append(node)
+            reason = cluster.sh(f"sinfo -h -n {node} -o '%E'").strip()
+            assert reason.startswith("gpupool-burst: no capacity"), reason
+            assert cluster.node_states()[node].startswith("down"), cluster.node_states()
+        assert sorted(downed) == sorted(group["nodes"])
+        assert released == [(n, group["capacity_blackout_s"]) for n in downed]
+        wait_for("the job pending again", lambda: cluster.state(job) == "PENDING", 30)
+        assert burst.live_instances(aws_lab.ec2, group["nodes"]) == {}
+    finally:
+        aws_lab.capacity.short = {}
         cluster.cancel_all()
-        t1 = time.monotonic()
-        wait_for("slurmctld's suspend request", lambda: cluster.sh(
-            f"grep ' suspend ' {relay} || true").strip(), 120)
-        assert burst.suspend(ec2, [node])
-        cluster.sh("kill $(cat /run/slurmd.pid)")
-        wait_for("the node powered down", lambda: cluster.node_states().get(node) in (
-            "idle~", "idle%"), 120)
-        cluster.figures["burst_idle_to_suspended_s"] = round(time.monotonic() - t1, 1)
-        assert burst.live_instances(ec2, [node]) == {}
+        # What the release timers run at the end of the blackout (burst.release_later).
+        for node in downed:
+            cluster.sh(f"scontrol update nodename={node} state=power_down_force")
+    # Through SuspendProgram (nothing to terminate) back to idle and powered down.
+    aws_lab.suspend_requested(cluster, *downed, instance=False)
+
+
+def test_spot_notice_drains_the_burst_node_and_its_job_resumes_elsewhere(cluster, aws_lab):
+    """A deferred job on a spot burst node; EC2's two-minute notice (the metadata fixture):
+    the node's watcher drains it with the spot record and requeues the job, which saves a
+    checkpoint on the signal and runs again on an on-prem node, from its checkpoint."""
+    full = [cluster.sbatch(f"-p {LOW}", f"-A {TEAMS[0]}", f"--gpus={GPUS_PER_NODE}",
+                           "-C onprem", work=600) for _ in range(3)]
+    wait_for("the pool full", lambda: all(cluster.state(j) == "RUNNING" for j in full), 30)
+    job = cluster.sbatch(f"-p {LOW}", f"-A {TEAMS[1]}", f"--gpus={GPUS_PER_NODE}",
+                         script=CHECKPOINTING, work=900, resume_work=5)
+    node, (launched,) = aws_lab.resume_requested(cluster)
+    assert launched.market == "spot"
+    aws_lab.sync()
+    try:
+        wait_for("the job running on the spot node", lambda: cluster.state(job) == "RUNNING",
+                 240)
+    except lab_mod.LabError as e:
+        raise AssertionError(f"{e}\n{_boot_failure(node, cluster)}") from e
+    assert on_host(node, f"systemctl is-active {cloud.SPOT_WATCH_UNIT.format(node)}").strip() \
+        == "active"
+    # On-prem frees up, so the requeued job has somewhere to go.
+    cluster.sh(f"scancel {' '.join(full)}")
+    t0 = time.monotonic()
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 120))
+    burst_hosts.notice(DESC, node, "terminate", when)
+    reason = wait_for("the spot drain", lambda: (
+        (r := cluster.sh(f"sinfo -h -n {node} -o '%E'").strip()).startswith(
+            "gpupool: spot interruption notice") and r), 60)
+    assert f"terminating at {when}" in reason
+    assert f"instance-type={launched.instance_type}" in reason
+    wait_for("the job requeued", lambda: cluster.sacct(job)[0]["State"] in (
+        "REQUEUED", "PREEMPTED"), 60)
+    cluster.figures["spot_notice_to_requeued_s"] = round(time.monotonic() - t0, 1)
+    assert "checkpoint" in on_host(node, f"cat /tmp/slurm-{job}.out")
+    wait_for("the job running again", lambda: cluster.state(job) in ("RUNNING", "COMPLETED"),
+             120)
+    cluster.figures["spot_notice_to_running_again_s"] = round(time.monotonic() - t0, 1)
+    done = wait_for("the job completed", lambda: (
+        (recs := cluster.sacct(job))[-1]["State"] == "COMPLETED" and recs), 120)
+    assert cluster.job(job)["NodeList"] != node
+    assert "restart=1" in cluster.output(job), done
+    cluster.cancel_all()
+    aws_lab.suspend_requested(cluster, node)
+    # The record stays on the node (for the next resume to avoid that capacity); the drain
+    # is lifted, so the node can be resumed again.
+    assert "drain" not in cluster.sh(f"sinfo -h -n {node} -o '%T'")
 
 
 def test_drain_and_resume_hooks(cluster):
