@@ -18,7 +18,7 @@ import yaml
 
 from gpupool.onhost import burst
 from gpupool.render import cloud
-from gpupool.spec import loader
+from gpupool.spec import catalog, loader
 from gpupool.spec.model import BurstGroup, Description
 from tests.conftest import ROOT
 
@@ -86,7 +86,8 @@ def _boot(tmp: Path, script: str, **env: str) -> Boot:
 def test_the_tag_key_the_controller_port_and_the_watcher_agree_with_their_owners() -> None:
     assert cloud.TAG_SLURM_NODE == burst.NODE_TAG
     defaults = yaml.safe_load((ROOT / "roles/slurm/defaults/main.yml").read_text())
-    assert defaults["slurm_ctld_port"] == cloud.SLURMCTLD_PORT
+    assert defaults["slurm_ctld_port"] == cloud.SLURMCTLD_PORT == catalog.SLURMCTLD_PORT
+    assert defaults["slurm_slurmd_port"] == catalog.SLURMD_PORT
     compute = (ROOT / "roles/slurm/tasks/node_files.yml").read_text()
     assert f"dest: /etc/systemd/system/{cloud.SPOT_WATCH_UNIT.format('')}\n" in compute
 

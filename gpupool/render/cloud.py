@@ -18,7 +18,7 @@ from typing import Any
 
 from gpupool.render import node_labels
 from gpupool.render.node_labels import LABEL_PREFIX
-from gpupool.spec.catalog import INSTANCE_TYPES
+from gpupool.spec.catalog import INSTANCE_TYPES, SLURMCTLD_PORT
 from gpupool.spec.facts import controller
 from gpupool.spec.model import (
     NAME_RE,
@@ -354,9 +354,6 @@ def controller_address(desc: Description) -> tuple[str, str]:
 # The tag the resume program gives an instance: its Slurm node name
 # (gpupool.onhost.burst.NODE_TAG; that file imports nothing of gpupool, a test keeps them equal).
 TAG_SLURM_NODE = "gpupool:slurm-node"
-# slurmctld's port: Slurm's default, which the rendered slurm.conf keeps
-# (roles/slurm/defaults/main.yml slurm_ctld_port; a test keeps them equal).
-SLURMCTLD_PORT = 6817
 MUNGE_KEY_PATH = "/etc/munge/munge.key"
 SLURMD_DROPIN = "/etc/systemd/system/slurmd.service.d/gpupool-configless.conf"
 # The spot watcher's unit, one per node name (roles/slurm/tasks/node_files.yml installs it;

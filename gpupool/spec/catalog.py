@@ -171,3 +171,8 @@ SLURM_MAX_PRIORITY_TIER = 65533
 # them in step): node_exporter on every node, dcgm-exporter on the GPU nodes.
 NODE_EXPORTER_PORT = 9100
 DCGM_EXPORTER_PORT = 9400
+# Slurm's defaults, which the rendered slurm.conf keeps (roles/slurm/defaults/main.yml
+# slurm_ctld_port and slurm_slurmd_port; tests/test_burst_boot.py holds them in step):
+# slurmd registers with slurmctld on the first, slurmctld reaches slurmd on the second.
+SLURMCTLD_PORT = 6817
+SLURMD_PORT = 6818

@@ -24,6 +24,8 @@ from gpupool.spec.catalog import (
     RESERVED_SLURM_NAMES,
     RESERVED_USERS,
     SLURM_MAX_PRIORITY_TIER,
+    SLURMCTLD_PORT,
+    SLURMD_PORT,
     SYSTEM_DIRECTORIES,
 )
 from gpupool.spec.errors import Problem
@@ -244,7 +246,7 @@ def network(desc: Description) -> Iterator[Problem]:
         if ipaddress.ip_network(cidr).prefixlen == 0:
             yield Problem(f"network.admin_cidrs[{i}]", "admin-cidr-not-open",
                           "management must not be open to the whole internet", cidr)
-    if "management" in net.segments and _management_carries(desc, {22}):
+    if "management" in net.segments and _carries(desc, "management", "management", {22}):
         yield Problem("network.flows", "management-ssh-flow",
                       "a management-to-management flow must carry SSH (tcp 22): the "
                       "firewall admits nothing else, and nodes are managed over it", None)
@@ -259,11 +261,11 @@ def network(desc: Description) -> Iterator[Problem]:
                           "tcp and udp flows must list their ports", [])
 
 
-def _management_carries(desc: Description, ports: set[int]) -> set[int]:
-    """The TCP ports of `ports` that no management-to-management flow carries."""
+def _carries(desc: Description, src: str, dst: str, ports: set[int]) -> set[int]:
+    """The TCP ports of `ports` that no flow from segment src to segment dst carries."""
     missing = set(ports)
     for f in desc.network.flows:
-        if f.from_ == "management" and f.to == "management":
+        if f.from_ == src and f.to == dst:
             if f.protocol == "all":
                 return set()
             if f.protocol == "tcp":
@@ -279,13 +281,37 @@ def metrics_flow(desc: Description) -> Iterator[Problem]:
     if "management" not in desc.network.segments:
         return
     gpus = any(c.gpu is not None for c in desc.node_classes.values())
-    want = _management_carries(
-        desc, {NODE_EXPORTER_PORT} | ({DCGM_EXPORTER_PORT} if gpus else set()))
+    want = _carries(desc, "management", "management",
+                    {NODE_EXPORTER_PORT} | ({DCGM_EXPORTER_PORT} if gpus else set()))
     if want:
         yield Problem("network.flows", "management-metrics-flow",
                       "a management-to-management flow must carry the exporters' ports "
                       f"(tcp {', '.join(map(str, sorted(want)))}): Prometheus on the "
                       "controller scrapes each node on its management address", None)
+
+
+# A burst node's only address is in a training subnet (render/cloud.py launches it there)
+# and the controller is reached on its management address.
+BURST_SEGMENT, CONTROLLER_SEGMENT = "training", "management"
+
+
+@rule("network", "burst_groups")
+def burst_slurm_flows(desc: Description) -> Iterator[Problem]:
+    """A burst node registers with slurmctld and slurmctld calls back to its slurmd: without
+    both flows the security groups and the controller's firewall drop the registration,
+    and every burst node boots, never joins, and is marked DOWN at ResumeTimeout."""
+    segments = desc.network.segments
+    if not desc.burst_groups or not {BURST_SEGMENT, CONTROLLER_SEGMENT} <= set(segments):
+        return
+    for src, dst, port, who in ((BURST_SEGMENT, CONTROLLER_SEGMENT, SLURMCTLD_PORT,
+                                 "slurmd registers with slurmctld"),
+                                (CONTROLLER_SEGMENT, BURST_SEGMENT, SLURMD_PORT,
+                                 "slurmctld reaches slurmd")):
+        if _carries(desc, src, dst, {port}):
+            yield Problem("network.flows", "burst-slurm-flow",
+                          f"burst groups need a {src}-to-{dst} flow carrying tcp {port} "
+                          f"({who}; burst nodes live in the {BURST_SEGMENT} subnets, the "
+                          f"controller on its {CONTROLLER_SEGMENT} address)", None)
 
 
 # The Amazon side's default ASN (a virtual private gateway's) and AS_TRANS (RFC 6793): a
