@@ -56,8 +56,13 @@ bench: bootstrap
 ## gpupool.render.image.ARTIFACT_PATHS); upload it to the key the image's build fetches
 ## (s3://<datasets bucket>/gpupool/burst-image/gpupool-image.tar.gz) before a build.
 burst-image-artifact: bootstrap
-	mkdir -p .cache && git archive --format=tar.gz -o .cache/gpupool-image.tar.gz HEAD \
+	mkdir -p .cache && scripts/gate_bundle.py \
+	  "$$($(VENV)/python -c 'from gpupool.render import image; print(image.GATE_BUNDLE)')"
+	git archive --format=tar -o .cache/gpupool-image.tar HEAD \
 	  $$($(VENV)/python -c 'from gpupool.render import image; print(*image.ARTIFACT_PATHS)')
+	tar --append -f .cache/gpupool-image.tar \
+	  "$$($(VENV)/python -c 'from gpupool.render import image; print(image.GATE_BUNDLE)')"
+	gzip -nf .cache/gpupool-image.tar
 
 clean:
 	rm -rf .cache .pytest_cache .ruff_cache

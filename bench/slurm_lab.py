@@ -1,7 +1,7 @@
 """Slurm lab figures: bring-up and converge time, interactive start on a full pool (by
 preemption), requeue-to-complete of the victim, a burst node's life on the lab's burst
-hosts (launch, boot to the job running, resume to done, idle to suspended; the burst image's
-build) and a spot notice to the job requeued and running again.
+hosts (launch, boot to the job running, the gate at boot, resume to done, idle to
+suspended; the burst image's build) and a spot notice to the job requeued and running again.
 
 The integration proofs (tests/integration/test_slurm_lab.py) measure these while they run
 real jobs and write bench/results/slurm_lab.json; this runs them.
@@ -22,6 +22,7 @@ SHAPE = {"lab_up_s": (float, None), "converge_s": float, "slurm_up_s": float,
          "fairshare?": {str: float}, "burst_resume_to_job_done_s?": float,
          "burst_idle_to_suspended_s?": float, "burst_image_ready_s?": float,
          "burst_launch_s?": float, "burst_boot_to_job_running_s?": float,
+         "burst_gate_s?": float,
          "spot_notice_to_requeued_s?": float, "spot_notice_to_running_again_s?": float}
 
 

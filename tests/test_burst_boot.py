@@ -7,6 +7,7 @@ sleep, so its behaviour, not only its text, is checked, hostile values included.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import stat
 import subprocess
@@ -44,6 +45,20 @@ echo "$MUNGE_B64"
 LOGGER = """#!/bin/bash
 printf '%s\\n' "$(basename "$0") $*" >> "$LOG/commands"
 """
+# The image's gate (gpupool/gate/boot.py), by outcome: GATE=pass, fail, or absent (an
+# image without it: python3 cannot find the module).
+GATE = r"""#!/bin/bash
+printf '%s\n' "python3 $* PYTHONPATH=$PYTHONPATH" >> "$LOG/commands"
+case "${GATE:-pass}" in
+  pass) exit 0 ;;
+  fail) echo "gpupool gate failed: gpu.gpu_count, software.locked_version_held[nvidia_driver]"
+        exit 1 ;;
+  *) echo "No module named gpupool.gate.boot" >&2; exit 1 ;;
+esac
+"""
+SCONTROL = r"""#!/bin/bash
+printf '%s\n' "SLURM_CONF=$SLURM_CONF scontrol $*" >> "$LOG/commands"
+"""
 
 
 def _stacks() -> list[tuple[Description, str, BurstGroup]]:
@@ -72,11 +87,13 @@ def _boot(tmp: Path, script: str, **env: str) -> Boot:
     for d in (bin_, log, tmp / "etc/munge", tmp / "etc/default"):
         d.mkdir(parents=True, exist_ok=True)
     for name, text in {"curl": CURL, "aws": AWS, "systemctl": LOGGER, "chown": LOGGER,
-                       "sleep": LOGGER}.items():
+                       "sleep": LOGGER, "python3": GATE, "scontrol": SCONTROL}.items():
         (bin_ / name).write_text(text)
         (bin_ / name).chmod(0o755)
+    for top in ("/etc/", "/run/", "/var/"):
+        script = script.replace(f" {top}", f" {tmp}{top}")
     path = tmp / "user-data"
-    path.write_text(script.replace(" /etc/", f" {tmp}/etc/"))
+    path.write_text(script)
     done = subprocess.run(
         ["bash", str(path)], capture_output=True, text=True, timeout=60, check=False,
         env={"PATH": f"{bin_}:{os.environ['PATH']}", "LOG": str(log), **env})
@@ -105,9 +122,9 @@ def test_user_data_is_valid_bash_and_keeps_the_facts(desc: Description, name: st
     assert secret in script
     _, address = cloud.controller_address(desc)
     assert f"conf_server={address}:{cloud.SLURMCTLD_PORT}\n" in script
-    # The key is in place and munge restarted before slurmd starts.
-    assert (script.index("systemctl restart munge") < script.index("/etc/default/slurmd")
-            < script.index("systemctl restart slurmd"))
+    # The key is in place and munge restarted, then the gate passed, before slurmd starts.
+    assert (script.index("systemctl restart munge") < script.index("gpupool.gate.boot")
+            < script.index("/etc/default/slurmd") < script.index("systemctl restart slurmd"))
 
 
 @pytest.mark.parametrize("life_cycle", ["spot", "on-demand"])
@@ -189,3 +206,44 @@ def test_hostile_description_values_reach_commands_as_single_words(tmp_path: Pat
     assert args[args.index("--region") + 1] == group.region
     assert args[args.index("--secret-id") + 1] == cloud.munge_secret_name(desc)
     assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()
+
+
+def test_the_gate_runs_on_the_facts_before_slurmd_and_a_pass_starts_it(tmp_path: Path) -> None:
+    desc = loader.load_stack("lab", ROOT)
+    name, group = next(iter(desc.burst_groups.items()))
+    done = _boot(tmp_path, cloud.user_data(desc, name, group), NODE_TAG="l4-burst-1",
+                 MUNGE_B64="eA==", GATE="pass")
+    assert done.rc == 0, done.stderr
+    commands = done.log("commands").splitlines()
+    gate = (f"python3 -m gpupool.gate.boot {tmp_path}{cloud.FACTS_PATH} l4-burst-1 "
+            f"{tmp_path}{cloud.GATE_REPORTS} PYTHONPATH={cloud.GATE_LIB}")
+    assert commands.index(gate) < commands.index("systemctl restart slurmd")
+    assert json.loads((tmp_path / cloud.FACTS_PATH.lstrip("/")).read_text()) == (
+        cloud.burst_facts(desc, name, group))
+    assert "scontrol" not in done.log("commands")
+
+
+@pytest.mark.parametrize(("outcome", "reason"), [
+    ("fail", "gpupool gate failed: gpu.gpu_count, software.locked_version_held[nvidia_driver]"),
+    ("absent", "gpupool gate could not run (no gate in the image?)")])
+def test_a_node_that_does_not_pass_drains_itself_and_never_starts_slurmd(
+        tmp_path: Path, outcome: str, reason: str) -> None:
+    desc = loader.load_stack("lab", ROOT)
+    name, group = next(iter(desc.burst_groups.items()))
+    done = _boot(tmp_path, cloud.user_data(desc, name, group), NODE_TAG="l4-burst-2",
+                 MUNGE_B64="eA==", GATE=outcome)
+    assert done.rc != 0
+    assert f"gpupool: {reason}" in done.stderr
+    ctl, address = cloud.controller_address(desc)
+    assert (tmp_path / cloud.CLIENT_CONF.lstrip("/")).read_text() == (
+        f"ClusterName={desc.pool.name}\nSlurmctldHost={ctl}({address})\n")
+    scontrol = [c for c in done.log("commands").splitlines() if " scontrol " in c]
+    # Drained with the reason first (an operator reads it in sinfo -R), then powered down:
+    # Slurm requeues its job and the suspend program terminates the instance.
+    assert scontrol == [
+        f"SLURM_CONF={cloud.CLIENT_CONF} scontrol update nodename=l4-burst-2 state=drain "
+        f"reason={reason}",
+        f"SLURM_CONF={cloud.CLIENT_CONF} scontrol update nodename=l4-burst-2 "
+        "state=power_down_force"]
+    assert "slurmd" not in done.log("commands")
+    assert not (tmp_path / "etc/default/slurmd").exists()

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpupool.render.flows import allowed, probe_ports
-from gpupool.spec.catalog import GPU_MODELS
+from gpupool.spec.catalog import GPU_MODELS, INSTANCE_TYPES
 from gpupool.spec.facts import node_class, rack_places
 from gpupool.spec.mig import is_partitioned
 from gpupool.spec.model import Description, Interconnect, NodeRole
@@ -62,10 +66,28 @@ class NodeExpect:
     mounts: tuple[MountExpect, ...]
     teams: tuple[str, ...]
     probes: tuple[Probe, ...] = field(default=())
+    # False on a burst node: its inbound is the security groups the program declares from
+    # the flows (infra/network.py), not a host firewall.
+    host_firewall: bool = True
 
     @property
     def lab(self) -> bool:
         return self.environment == "lab"
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> NodeExpect:
+        """The inverse of to_json (how `gpupool gate` hands a burst node's expectation to
+        the suites, which have no description to derive it from)."""
+        d = json.loads(text)
+        gpu = d["gpu"] and GpuExpect(**{**d["gpu"], "mig": tuple(map(tuple, d["gpu"]["mig"]))})
+        return cls(**{**d, "roles": tuple(d["roles"]), "gpu": gpu,
+                      "mounts": tuple(MountExpect(**{**m, "options": tuple(m["options"])})
+                                      for m in d["mounts"]),
+                      "teams": tuple(d["teams"]),
+                      "probes": tuple(Probe(**p) for p in d["probes"])})
 
 
 def _gpu(desc: Description, node: str) -> GpuExpect | None:
@@ -108,3 +130,37 @@ def node_expect(desc: Description, node: str) -> NodeExpect:
         teams=tuple(desc.teams),
         probes=probes,
     )
+
+
+class FactsError(ValueError):
+    """A burst node's facts file is not what the user-data writes."""
+
+
+def _fact(facts: Mapping[str, Any], key: str, kind: type) -> Any:
+    value = facts.get(key)
+    if not isinstance(value, kind):
+        raise FactsError(f"burst facts: {key} must be a {kind.__name__}, got {value!r}")
+    return value
+
+
+def burst_expect(facts: Mapping[str, Any], node: str) -> NodeExpect:
+    """What a burst node must look like, from the facts its user-data writes
+    (gpupool.render.cloud.burst_facts): the group's instance type's GPUs, the software lock
+    and the teams. No mounts (the on-prem tiers are not mounted in the cloud), no probes and
+    no host firewall (the security groups are its inbound), no leaf switch."""
+    itype = _fact(facts, "instance_type", str)
+    if itype not in INSTANCE_TYPES:
+        raise FactsError(f"burst facts: unknown instance type {itype!r}")
+    t = INSTANCE_TYPES[itype]
+    model = GPU_MODELS[t.gpu_model]
+    software = _fact(facts, "software", dict)
+    teams = _fact(facts, "teams", list)
+    if not all(isinstance(v, str) for v in [*software.values(), *teams]):
+        raise FactsError("burst facts: software versions and teams must be strings")
+    return NodeExpect(
+        node=node, environment=_fact(facts, "environment", str),
+        node_class=_fact(facts, "burst_group", str), roles=(NodeRole.COMPUTE.value,),
+        leaf="", addresses={}, mtu={},
+        gpu=GpuExpect(t.gpu_model, model.product, t.gpus, t.gpu_memory_gib, False,
+                      model.min_bf16_tflops, model.min_mem_bw_gbps),
+        software=dict(software), mounts=(), teams=tuple(teams), host_firewall=False)

@@ -31,6 +31,8 @@ _HOST_IDS: list[str] = []
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("gpupool gate")
     g.addoption("--gate-file", help="pool description file")
+    g.addoption("--gate-expect", help="the node's expectation as JSON (NodeExpect.to_json), "
+                                      "instead of --gate-file: a burst node has no description")
     g.addoption("--gate-node", help="the node under test")
     g.addoption("--gate-tier", default="quick", choices=TIERS)
     g.addoption("--gate-report", help="where to write the JSON report")
@@ -72,8 +74,11 @@ def node_expectation(config: pytest.Config) -> NodeExpect:
     """The node's expectations, built once per run (collection needs them too)."""
     cached: NodeExpect | None = getattr(config, "_gate_expect", None)
     if cached is None:
-        desc = loader.load_file(Path(config.getoption("--gate-file")))
-        cached = node_expect(desc, config.getoption("--gate-node"))
+        if config.getoption("--gate-expect"):
+            cached = NodeExpect.from_json(Path(config.getoption("--gate-expect")).read_text())
+        else:
+            desc = loader.load_file(Path(config.getoption("--gate-file")))
+            cached = node_expect(desc, config.getoption("--gate-node"))
         locks = dict(pair.split("=", 1) for pair in config.getoption("--gate-lock"))
         if locks:  # checked by `gpupool gate --lock`
             cached = dataclasses.replace(cached, software={**cached.software, **locks})

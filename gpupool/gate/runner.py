@@ -62,14 +62,17 @@ def _could_not_run(node: str, tier: str, why: str) -> dict[str, Any]:
             "action": None, "counts": {}, "checks": [], "duration_s": 0.0, "error": why}
 
 
-def gate_node(description: Path, target: Target, tier: str, out_dir: Path, *,
+def gate_node(description: Path | None, target: Target, tier: str, out_dir: Path, *,
               suites: tuple[str, ...] = (), exclude: tuple[str, ...] = (),
-              locks: tuple[str, ...] = ()) -> dict[str, Any]:
+              locks: tuple[str, ...] = (), expect_file: Path | None = None) -> dict[str, Any]:
+    """One node's report. The suites derive what the node must look like from the
+    description, or take it ready-made from expect_file (a burst node's, gate/boot.py)."""
     report_path = out_dir / f"{target.node}.json"
     report_path.unlink(missing_ok=True)
+    source = f"--gate-expect={expect_file}" if expect_file else f"--gate-file={description}"
     argv = [
         sys.executable, "-m", "pytest", str(SUITES), "-p", "gpupool.gate.plugin",
-        f"--hosts={target.hosts}", f"--gate-file={description}", f"--gate-node={target.node}",
+        f"--hosts={target.hosts}", source, f"--gate-node={target.node}",
         f"--gate-tier={tier}", f"--gate-report={report_path}",
         "-q", "-rN", "-p", "no:cacheprovider", f"--rootdir={SUITES}", "-o", "addopts=",
         "-c", str(SUITES / "pytest.ini"), *(f"--gate-suite={s}" for s in suites),

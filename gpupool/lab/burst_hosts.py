@@ -4,8 +4,9 @@ instance is gone is removed. So the resume program's real launch (gpupool.onhost
 boots a real host, which joins Slurm by the launch template's real user-data.
 
 - **The image** (the lab's stand-in for the pre-built AMI): a converged on-prem GPU host of
-  the same lab, committed, with its identity scrubbed (munge key, slurm.conf and slurmd's
-  spool, machine id: a burst node takes all of them at boot) and slurmd disabled until
+  the same lab (site.yml, so the acceptance gate a burst node runs at boot is there too),
+  committed, with its identity scrubbed (munge key, slurm.conf and slurmd's spool,
+  machine id: a burst node takes all of them at boot) and slurmd disabled until
   the user-data starts it configless. It adds what a real instance has and the lab's
   hosts lack: cloud-init (Debian's), the AWS CLI (Debian's), and two FIXTURES: the
   metadata service (fixture_imds.py) and an `aws` wrapper that sends the CLI to the
@@ -51,6 +52,8 @@ ENDPOINT_FILE = "/etc/gpupool-lab/aws-endpoint"
 ROLE_NAME = "gpupool-burst-node"  # the instance profile's role, as the metadata names it
 FIXTURE_KEY = "fixture"  # moto's fixture credentials, not a secret
 BUILD_TIMEOUT_S = 900
+# Where roles/acceptance_gate leaves its archive (acceptance_gate_dir).
+GATE_BUNDLE = cloud.GATE_LIB.rsplit("/", 1)[0] + "/gate-bundle.tar.gz"
 LINK_COPIES_MAX = 10
 DEBIAN_LIST = "deb http://deb.debian.org/debian bookworm main\n"
 
@@ -135,7 +138,11 @@ def build_image(desc: Description, report: hosts.Report = lambda _m: None) -> st
     info = hosts.podman("container", "inspect", source, check=False)
     if info.returncode != 0:
         raise BurstLabError(f"{source} is not running: bring the lab up and converge it first")
-    ref = image_ref(desc, json.loads(info.stdout)[0]["Id"])
+    # The source's gate (roles/acceptance_gate) changes with the checkout on a long-lived
+    # lab host: a new archive there is a new image.
+    gate = hosts.podman("exec", source, "sh", "-c", f"sha256sum < {GATE_BUNDLE} 2>/dev/null "
+                        "|| true", check=False).stdout.strip()
+    ref = image_ref(desc, json.loads(info.stdout)[0]["Id"] + gate)
     if hosts.podman("image", "exists", ref, check=False).returncode == 0:
         return ref
     _prune_images(desc)

@@ -360,6 +360,16 @@ SLURMD_DROPIN = "/etc/systemd/system/slurmd.service.d/gpupool-configless.conf"
 # a test keeps the names equal).
 SPOT_WATCH_UNIT = "gpupool-spot-watch@{}.service"
 SPOT_WATCH_PROGRAM = "/usr/local/sbin/gpupool-spot-watch"  # slurm_spot_watch_program
+# The acceptance gate's packages in the image (roles/acceptance_gate: acceptance_gate_dir
+# + /lib; a test keeps them equal), what the user-data hands it and where its report stays.
+GATE_LIB = "/opt/gpupool/gate/lib"
+FACTS_PATH = "/etc/gpupool/burst.json"
+GATE_REPORTS = "/var/lib/gpupool/gate"
+# Bounds the whole gate at boot: its quick tier's own limit (gate/runner.py) plus start-up.
+GATE_TIMEOUT_S = 240
+# The client configuration a node that failed its gate reports with: slurmd never started,
+# so there is no configless copy to read.
+CLIENT_CONF = "/run/gpupool/slurm-client.conf"
 # Bounded waits at boot: a node that cannot learn its name or key within them fails its
 # user-data (and is terminated by suspend at ResumeTimeout) instead of hanging.
 BOOT_ATTEMPTS, BOOT_RETRY_S = 10, 6
@@ -416,7 +426,7 @@ def _join_slurm(desc: Description, group: BurstGroup) -> list[str]:
     the pool's munge key from Secrets Manager, slurmd configless from the controller.
     Every value from the description is quoted; the tag is checked against the node-name
     rule before use."""
-    _, address = controller_address(desc)
+    ctl, address = controller_address(desc)
     host = f"[{address}]" if ipaddress.ip_address(address).version == 6 else address
     q = shlex.quote
     # The CLI's own timeouts bound each try (its defaults are a minute each).
@@ -462,6 +472,23 @@ def _join_slurm(desc: Description, group: BurstGroup) -> list[str]:
         f"mv -f {q(MUNGE_KEY_PATH + '.new')} {q(MUNGE_KEY_PATH)}",
         "umask 022",
         "systemctl restart munge",
+        # The acceptance gate's quick tier before slurmd can take any work (gate/boot.py).
+        # A node that does not pass reports itself drained with the failed checks and
+        # powered down, so Slurm requeues its job elsewhere and the suspend program
+        # terminates the instance; a node without the gate (a broken image) is kept out too.
+        f"if ! reason=$(PYTHONPATH={q(GATE_LIB)} timeout {GATE_TIMEOUT_S} python3 -m "
+        f'gpupool.gate.boot {q(FACTS_PATH)} "$node" {q(GATE_REPORTS)}); then',
+        '  reason="${reason:-gpupool gate could not run (no gate in the image?)}"',
+        '  echo "gpupool: $reason" >&2',
+        f"  install -d -m 0755 {q(CLIENT_CONF.rsplit('/', 1)[0])}",
+        f"  printf '%s\\n' {q(f'ClusterName={desc.pool.name}')} "
+        f"{q(f'SlurmctldHost={ctl}({address})')} > {q(CLIENT_CONF)}",
+        f'  SLURM_CONF={q(CLIENT_CONF)} scontrol update nodename="$node" state=drain'
+        ' reason="${reason:0:200}" || true',
+        f'  SLURM_CONF={q(CLIENT_CONF)} scontrol update nodename="$node"'
+        " state=power_down_force || true",
+        "  exit 1",
+        "fi",
         # Configless: slurmd takes slurm.conf and the rest from slurmctld, so the image
         # never carries a stale copy. Debian's slurmd unit reads SLURMD_OPTIONS from here.
         f"conf_server={q(f'{host}:{SLURMCTLD_PORT}')}",
@@ -483,6 +510,19 @@ def _join_slurm(desc: Description, group: BurstGroup) -> list[str]:
     ]
 
 
+def burst_facts(desc: Description, name: str, group: BurstGroup) -> dict[str, Any]:
+    """What a burst node learns about itself at boot: read by the onboarding play and, as
+    its expectation, by the acceptance gate (gpupool.gate.expect.burst_expect). The group's
+    first instance type stands for all: validation keeps every fallback type to the same
+    GPUs."""
+    itype = INSTANCE_TYPES[group.instance_types[0]]
+    return {"pool": desc.pool.name, "burst_group": name, "team": group.team or SHARED,
+            "domain": desc.pool.domain, "environment": desc.pool.environment,
+            "instance_type": itype.name, "gpus": itype.gpus, "gpu_model": itype.gpu_model,
+            "software": desc.software.model_dump(mode="json", exclude={"blocklist"}),
+            "teams": sorted(desc.teams)}
+
+
 def user_data(desc: Description, name: str, group: BurstGroup) -> str:
     """cloud-init that leaves the facts onboarding needs on the node (the onboarding play
     finds nodes by their burst-group tag and reads these facts) and joins the node to Slurm
@@ -491,12 +531,11 @@ def user_data(desc: Description, name: str, group: BurstGroup) -> str:
     also gives kubelet the labels and taints the node registers with (node_labels.py),
     picked by the capacity type the metadata service reports: an Auto Scaling group that
     mixes spot and on-demand decides it per instance at launch."""
-    facts = {"pool": desc.pool.name, "burst_group": name, "team": group.team or SHARED,
-             "domain": desc.pool.domain, "gpus": INSTANCE_TYPES[group.instance_types[0]].gpus,
-             "gpu_model": INSTANCE_TYPES[group.instance_types[0]].gpu_model}
-    lines = ["#!/bin/bash", "set -euo pipefail", "install -d -m 0755 /etc/gpupool",
-             "cat > /etc/gpupool/burst.json <<'EOF'",
-             json.dumps(facts, sort_keys=True),
+    lines = ["#!/bin/bash", "set -euo pipefail",
+             f"install -d -m 0755 {shlex.quote(FACTS_PATH.rsplit('/', 1)[0])}",
+             f"cat > {shlex.quote(FACTS_PATH)} <<'EOF'",
+             # One line (json.dumps escapes newlines), so it can never end the here-document.
+             json.dumps(burst_facts(desc, name, group), sort_keys=True),
              "EOF"]
     if desc.kubernetes is not None:
         kinds = node_labels.burst_nodes(desc, name)

@@ -110,8 +110,10 @@ def playbook(*extra: str, name: str = "slurm.yml") -> Run:
 
 
 @pytest.fixture(scope="module")
-def cluster(lab: lab_mod.LabState):
-    """The session's lab hosts (tests/integration/conftest.py) with Slurm converged."""
+def cluster(lab: lab_mod.LabState, site):
+    """The session's lab hosts (tests/integration/conftest.py), converged by site.yml (the
+    burst image is a converged GPU host, the acceptance gate included), with this module's
+    Slurm converged on them."""
     figures: dict[str, Any] = {"lab_up_s": lab.timings.get("up_s")}
     (lab_mod.lab_dir(DESC) / "slurm-vars.yml").write_text(
         yaml.safe_dump({"gpupool_slurm": slurm.plan(DESC)}))
@@ -374,10 +376,11 @@ class AwsLab:
         return node, burst.resume(self.ec2, self.config, [node],
                                   update=scontrol_update(cluster), release=release)
 
-    def suspend_requested(self, cluster: Slurm, *nodes: str, instance: bool = True) -> None:
+    def suspend_requested(self, cluster: Slurm, *nodes: str, instance: bool = True,
+                          settled: tuple[str, ...] = ("idle~", "idle%")) -> None:
         """slurmctld's suspend requests for idle nodes (one request may name several),
         carried out by the real suspend program's steps: terminate their instances (when
-        they have them), lift a spot drain."""
+        they have them), lift a spot drain; then the nodes reach a settled state."""
         asked: set[str] = set()
 
         def requested() -> bool:
@@ -391,8 +394,8 @@ class AwsLab:
         burst.clear_spot_drains(burst.spot_records(cluster.sh(
             "sinfo --Node -h -o '%N|%T|%E'")), list(nodes), update=scontrol_update(cluster))
         assert self.sync() == {}
-        wait_for("the nodes powered down", lambda: all(cluster.node_states().get(n) in (
-            "idle~", "idle%") for n in nodes), 120)
+        wait_for("the nodes powered down", lambda: all(cluster.node_states().get(n) in settled
+                                                       for n in nodes), 120)
         assert burst.live_instances(self.ec2, list(nodes)) == {}
 
 
@@ -443,7 +446,8 @@ def test_burst_instance_boots_into_the_pool_runs_the_job_and_is_terminated(clust
     the first instance type out of capacity, so the next in the declared order), the lab
     turns the instance into a host booted from the burst image with the template's real
     user-data, which takes the node name from the instance tags, the munge key from Secrets
-    Manager and starts slurmd configless. The job runs there; idle, the node is suspended
+    Manager, passes the acceptance gate's quick tier and starts slurmd configless. The job
+    runs there; idle, the node is suspended
     and its instance terminated, which removes the host."""
     group = next(iter(aws_lab.config["groups"].values()))
     first, second, *_ = group["instance_types"]
@@ -482,6 +486,10 @@ def test_burst_instance_boots_into_the_pool_runs_the_job_and_is_terminated(clust
         "sha256sum < /etc/munge/munge.key").strip()
     assert on_host(node, "ls /etc/slurm/slurm.conf 2>/dev/null || echo none").strip() == "none"
     assert "slurm.conf" in on_host(node, "ls /var/lib/slurm/slurmd/conf-cache")
+    # The gate's quick tier passed on the host before slurmd started (gpupool/gate/boot.py).
+    report = json.loads(on_host(node, f"cat {cloud.GATE_REPORTS}/{node}.json"))
+    assert report["verdict"] == "pass", report["failed"]
+    cluster.figures["burst_gate_s"] = report["duration_s"]
 
     cluster.cancel_all()
     t2 = time.monotonic()
@@ -572,6 +580,68 @@ def test_spot_notice_drains_the_burst_node_and_its_job_resumes_elsewhere(cluster
     # The record stays on the node (for the next resume to avoid that capacity); the drain
     # is lifted, so the node can be resumed again.
     assert "drain" not in cluster.sh(f"sinfo -h -n {node} -o '%T'")
+
+
+def broken_image(image: str) -> str:
+    """The burst image drifted on purpose: an sshd drop-in read before the hardening's
+    that takes passwords again. Everything else boots; the gate's quick tier must catch it."""
+    ref = f"{image}-sshd-drift"
+    if lab_mod.podman("image", "exists", ref, check=False).returncode == 0:
+        return ref
+    builder = f"gpupool-burst-drift-{DESC.pool.name}"
+    lab_mod.podman("rm", "-f", builder, check=False)
+    try:
+        lab_mod.podman("run", "--name", builder, "--entrypoint", "/bin/sh", image, "-c",
+                       "printf 'PasswordAuthentication yes\\n' > "
+                       "/etc/ssh/sshd_config.d/00-drift.conf", timeout=120)
+        lab_mod.podman("commit", "--change", 'CMD ["/sbin/init"]', "--change", "ENTRYPOINT []",
+                       "--change", f"LABEL gpupool.pool={DESC.pool.name}", builder, ref,
+                       timeout=300)
+    finally:
+        lab_mod.podman("rm", "-f", builder, check=False)
+    return ref
+
+
+def test_a_burst_host_that_fails_its_gate_never_takes_a_job(cluster, aws_lab):
+    """The burst image broken on purpose (sshd_hardened must fail): the instance boots, its
+    user-data runs the gate's quick tier before slurmd, which fails, so the node drains
+    itself with the failed check as the reason and powers down. Its job goes back to the
+    queue without having run there, slurmd never started on the host, and the suspend
+    program terminates the instance; the node stays drained for on-call."""
+    node = CLOUD[0].name
+    full = [cluster.sbatch(f"-p {LOW}", f"-A {TEAMS[0]}", f"--gpus={GPUS_PER_NODE}",
+                           "-C onprem", work=180) for _ in range(3)]
+    wait_for("the pool full", lambda: all(cluster.state(j) == "RUNNING" for j in full), 30)
+    # Held to this node, so the requeued job waits here instead of trying the next one.
+    job = cluster.sbatch(f"-p {LOW}", f"-A {TEAMS[1]}", f"--gpus={GPUS_PER_NODE}",
+                         f"-w {node}", work=5)
+    good, aws_lab.image = aws_lab.image, broken_image(aws_lab.image)
+    try:
+        asked, (launched,) = aws_lab.resume_requested(cluster)
+        assert asked == node
+        assert aws_lab.sync() == {node: launched.instance_id}
+        reason = wait_for("the node's own drain", lambda: (
+            (r := cluster.sh(f"sinfo -h -n {node} -o '%E'").strip()).startswith(
+                "gpupool gate failed") and r), 180)
+        assert reason == "gpupool gate failed: system.sshd_hardened", reason
+        report = json.loads(on_host(node, f"cat {cloud.GATE_REPORTS}/{node}.json"))
+        assert report["verdict"] == "fail" and report["failed"] == ["system.sshd_hardened"]
+        wait_for("the job back in the queue", lambda: cluster.state(job) == "PENDING", 60)
+        assert on_host(node, "systemctl is-active slurmd || true").strip() != "active"
+        assert on_host(node, f"ls /tmp/slurm-{job}.out 2>/dev/null || echo none").strip() \
+            == "none"
+        cluster.sh(f"scancel {job}")
+        # The power-down goes through SuspendProgram: the instance is terminated, the node
+        # stays drained with its reason.
+        aws_lab.suspend_requested(cluster, node, settled=("drained~", "drain~"))
+        assert cluster.sh(f"sinfo -h -n {node} -o '%E'").strip() == reason
+    finally:
+        aws_lab.image = good
+        cluster.cancel_all()
+    # On-call's step once the image is fixed.
+    cluster.sh(f"scontrol update nodename={node} state=resume")
+    wait_for("the node back to idle, powered down", lambda: cluster.node_states().get(
+        node) == "idle~", 60)
 
 
 def test_drain_and_resume_hooks(cluster):

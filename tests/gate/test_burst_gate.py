@@ -1,0 +1,101 @@
+"""A burst node's gate at boot (gpupool/gate/boot.py): its expectation from the facts its
+user-data writes, handed to the suites as JSON, and the one-line drain reason; run for real
+on this GPU-less machine, where it must not pass."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpupool.gate import boot
+from gpupool.gate.expect import FactsError, NodeExpect, burst_expect, node_expect
+from gpupool.render import cloud
+from gpupool.spec import loader
+from gpupool.spec.catalog import GPU_MODELS, INSTANCE_TYPES
+from tests.conftest import ROOT
+
+
+def _facts(stack: str = "lab") -> dict:
+    desc = loader.load_stack(stack, ROOT)
+    name, group = next(iter(desc.burst_groups.items()))
+    return json.loads(json.dumps(cloud.burst_facts(desc, name, group)))
+
+
+@pytest.mark.parametrize("stack", ["lab", "example"])
+def test_a_burst_node_expects_its_types_gpus_the_lock_and_the_teams(stack: str) -> None:
+    desc = loader.load_stack(stack, ROOT)
+    name, group = next(iter(desc.burst_groups.items()))
+    e = burst_expect(_facts(stack), "n1")
+    itype = INSTANCE_TYPES[group.instance_types[0]]
+    assert e.gpu is not None
+    assert (e.gpu.model, e.gpu.count, e.gpu.memory_gib) == (itype.gpu_model, itype.gpus,
+                                                            itype.gpu_memory_gib)
+    assert e.gpu.product == GPU_MODELS[itype.gpu_model].product
+    assert e.software == desc.software.model_dump(mode="json", exclude={"blocklist"})
+    assert e.teams == tuple(sorted(desc.teams)) and e.node_class == name
+    assert (e.mounts, e.probes, e.addresses, e.host_firewall) == ((), (), {}, False)
+
+
+@pytest.mark.parametrize("expect", [lambda: burst_expect(_facts(), "n1"),
+                                    lambda: node_expect(loader.load_stack("lab", ROOT),
+                                                        "lab-gpu1")])
+def test_an_expectation_survives_its_json(expect) -> None:  # type: ignore[no-untyped-def]
+    e = expect()
+    assert NodeExpect.from_json(e.to_json()) == e
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("instance_type", "x9.huge"), ("instance_type", 3), ("software", ["535"]),
+    ("teams", "vision"), ("teams", [1]), ("environment", None), ("burst_group", None)])
+def test_facts_that_are_not_the_user_datas_are_refused(key: str, value: object) -> None:
+    facts = {**_facts(), key: value}
+    with pytest.raises(FactsError, match=key.replace("_", "[_ ]")):
+        burst_expect(facts, "n1")
+
+
+def test_the_gate_dir_is_the_roles() -> None:
+    defaults = yaml.safe_load((ROOT / "roles/acceptance_gate/defaults/main.yml").read_text())
+    assert defaults["acceptance_gate_dir"] + "/lib" == cloud.GATE_LIB
+
+
+def _boot(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpupool.gate.boot", *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
+
+
+@pytest.mark.parametrize(("facts", "node", "why"), [
+    (None, "n1", "No such file"), ("{not json", "n1", "Expecting property name"),
+    ('{"instance_type": "g6.12xlarge"}', "n1", "software must be a dict"),
+    ("{}", "N1; reboot", "invalid node name")])
+def test_a_gate_that_cannot_run_says_why_in_one_line(tmp_path: Path, facts: str | None,
+                                                     node: str, why: str) -> None:
+    path = tmp_path / "burst.json"
+    if facts is not None:
+        path.write_text(facts)
+    done = _boot(tmp_path, str(path), node, str(tmp_path / "out"))
+    assert done.returncode == 3
+    [line] = done.stdout.splitlines()
+    assert line.startswith("gpupool gate could not run: ") and why in line
+    assert len(line) <= boot.REASON_MAX
+
+
+def test_this_gpu_less_machine_does_not_pass_as_a_burst_node(tmp_path: Path) -> None:
+    path = tmp_path / "burst.json"
+    path.write_text(json.dumps({**_facts(), "environment": "production"}))
+    done = _boot(tmp_path, str(path), "l4-burst-1", str(tmp_path / "out"))
+    report = json.loads((tmp_path / "out/l4-burst-1.json").read_text())
+    assert done.returncode == 1 and report["verdict"] == "fail", done.stdout + done.stderr
+    assert "gpu.driver_loaded" in report["failed"]
+    assert done.stdout == boot.reason(report) + "\n"
+    assert done.stdout.startswith("gpupool gate failed: ")
+    assert len(done.stdout.strip()) <= boot.REASON_MAX
+    # The expectation the suites read is kept beside the report.
+    saved = NodeExpect.from_json((tmp_path / "out/l4-burst-1.expect.json").read_text())
+    assert saved == burst_expect(json.loads(path.read_text()), "l4-burst-1")
+    firewall = next(c for c in report["checks"] if c["id"] == "system.firewall_default_drop")
+    assert firewall["status"] == "skip"
