@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -31,13 +30,8 @@ def imds(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     state = tmp_path / "state.json"
     state.write_text(json.dumps({"meta-data": {"instance-type": "g6.12xlarge",
                                                "tags/instance/gpupool:slurm-node": "n1"}}))
-    server = fixture_imds.http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                                         fixture_imds.handler(state))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", tmp_path
-    server.shutdown()
-    server.server_close()
+    with fixture_imds.serving(state) as base:
+        yield base, tmp_path
 
 
 def _call(url: str, method: str = "GET", headers: dict[str, str] | None = None

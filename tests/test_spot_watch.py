@@ -1,11 +1,12 @@
 """The spot interruption watcher (gpupool/onhost/spot_watch.py) against a fixture IMDSv2
 and stubbed Slurm commands.
 
-`imds` is a fixture: an http.server on 127.0.0.1 standing in for EC2's instance metadata
-service. It serves the paths the watcher reads, issues session tokens on
-`PUT /latest/api/token` (which must carry a TTL header) and refuses a GET without a live
-token with 401; the tests set which notices it serves and can revoke its tokens. It claims
-no AWS behaviour beyond the documented paths and status codes the watcher relies on.
+`imds` is the lab's FIXTURE metadata service (gpupool/lab/fixture_imds.py, the one inside
+each lab burst host) on 127.0.0.1, standing in for EC2's. It serves the paths the watcher
+reads, issues session tokens on `PUT /latest/api/token` (which must carry a TTL header)
+and refuses a GET without a live token with 401; the tests set which notices it serves
+and can revoke its tokens. It claims no AWS behaviour beyond the documented paths and
+status codes the watcher relies on.
 
 `slurm` puts fake `scontrol`, `squeue` and `scancel` first on PATH: each appends its argv
 to a log; squeue lists the jobs the test names, and `scontrol requeue` refuses the jobs
@@ -18,15 +19,14 @@ import json
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from gpupool.lab import fixture_imds
 from gpupool.onhost import spot_watch
 
 NODE = "burst-p5-1"
@@ -35,80 +35,61 @@ INTERRUPT = json.dumps({"action": "terminate", "time": WHEN})
 REBALANCE = json.dumps({"noticeTime": "2026-12-01T11:15:00Z"})
 
 
-@dataclass
 class FakeImds:
-    """What the fixture serves, and what it saw."""
-    instance_action: str | None = None
-    rebalance: str | None = None
-    instance_type: str = "p5.48xlarge"
-    zone: str = "us-east-1a"
-    broken: int = 0  # when set, every GET answers this status
-    tokens: set[str] = field(default_factory=set)
-    puts: int = 0
-    refused: int = 0
-    paths: list[str] = field(default_factory=list)
-    base: str = ""
+    """The lab's metadata FIXTURE (gpupool/lab/fixture_imds.py) as the watcher's tests drive
+    it: the instance's type and zone in its state file, the notices in the files beside it
+    (absent: 404), and what it saw (its Seen: tokens, puts, refused, paths, broken)."""
 
-    def serve(self, path: str) -> str | None:
-        return {
-            spot_watch.INSTANCE_ACTION: self.instance_action,
-            spot_watch.REBALANCE: self.rebalance,
-            spot_watch.INSTANCE_TYPE_PATH: self.instance_type,
-            spot_watch.ZONE_PATH: self.zone,
-        }.get(path)
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder, self.seen, self.base = folder, fixture_imds.Seen(), ""
+        self.state = folder / "state.json"
+        self.state.write_text(json.dumps({"meta-data": {}}))
+        self.instance_type, self.zone = "p5.48xlarge", "us-east-1a"
 
+    def _meta(self, key: str, value: str) -> None:
+        data = json.loads(self.state.read_text())
+        data["meta-data"][key] = value
+        self.state.write_text(json.dumps(data))
 
-def _handler(state: FakeImds) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def _answer(self, status: int, body: str = "") -> None:
-            data = body.encode()
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def _notice(self, path: str, text: str | None) -> None:
+        file = self.folder / fixture_imds.NOTICE_FILES[path]
+        if text is None:
+            file.unlink(missing_ok=True)
+        else:
+            file.write_text(text)
 
-        def do_PUT(self) -> None:
-            ttl = self.headers.get(spot_watch.TOKEN_TTL_HEADER, "")
-            if self.path != spot_watch.TOKEN_PATH or not ttl.isdigit() \
-                    or not 1 <= int(ttl) <= 21600:
-                self._answer(400)
-                return
-            state.puts += 1
-            token = f"token-{state.puts}"
-            state.tokens.add(token)
-            self._answer(200, token)
+    instance_type = property(None, lambda self, v: self._meta("instance-type", v))
+    zone = property(None, lambda self, v: self._meta("placement/availability-zone", v))
+    instance_action = property(None, lambda self, v: self._notice("spot/instance-action", v))
+    rebalance = property(None, lambda self, v: self._notice(
+        "events/recommendations/rebalance", v))
 
-        def do_GET(self) -> None:
-            state.paths.append(self.path)
-            if self.headers.get(spot_watch.TOKEN_HEADER) not in state.tokens:
-                state.refused += 1
-                self._answer(401)
-                return
-            if state.broken:
-                self.send_response(state.broken)
-                self.send_header("Location", "http://192.0.2.1/elsewhere")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            body = state.serve(self.path)
-            self._answer(404) if body is None else self._answer(200, body)
+    @property
+    def tokens(self) -> set[str]:
+        return self.seen.tokens
 
-        def log_message(self, *args: object) -> None:
-            pass
+    @property
+    def puts(self) -> int:
+        return self.seen.puts
 
-    return Handler
+    @property
+    def refused(self) -> int:
+        return self.seen.refused
+
+    @property
+    def paths(self) -> list[str]:
+        return self.seen.paths
+
+    broken = property(None, lambda self, v: setattr(self.seen, "broken", v))
 
 
 @pytest.fixture
-def imds() -> Iterator[FakeImds]:
-    state = FakeImds()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    state.base = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield state
-    server.shutdown()
-    server.server_close()
+def imds(tmp_path: Path) -> Iterator[FakeImds]:
+    state = FakeImds(tmp_path / "imds")
+    with fixture_imds.serving(state.state, state.seen) as base:
+        state.base = base
+        yield state
 
 
 FAKE = """#!{python}

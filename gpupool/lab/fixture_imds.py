@@ -19,10 +19,14 @@ Standard library only (lab hosts have python3).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import http.server
 import json
 import secrets
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 # Paths and header names of EC2's protocol, not credentials.
@@ -36,9 +40,22 @@ NOTICE_FILES = {"spot/instance-action": "spot-instance-action",
                 "events/recommendations/rebalance": "rebalance"}
 
 
-def handler(state: Path) -> type[http.server.BaseHTTPRequestHandler]:
-    tokens: set[str] = set()
-    served: dict[str, str] = json.loads(state.read_text())["meta-data"]
+@dataclasses.dataclass
+class Seen:
+    """What the fixture saw, and the tokens it issued (tests read these and may revoke the
+    tokens, as a restarted metadata service forgets them). `broken`, when set, answers
+    every GET with that status: a test's knob, never set in a lab host."""
+
+    tokens: set[str] = dataclasses.field(default_factory=set)
+    puts: int = 0
+    refused: int = 0
+    paths: list[str] = dataclasses.field(default_factory=list)
+    broken: int = 0
+
+
+def handler(state: Path, seen: Seen | None = None
+            ) -> type[http.server.BaseHTTPRequestHandler]:
+    seen = seen or Seen()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def _answer(self, status: int, body: str = "") -> None:
@@ -54,13 +71,23 @@ def handler(state: Path) -> type[http.server.BaseHTTPRequestHandler]:
             if self.path != TOKEN_PATH or not ttl.isdigit() or not 1 <= int(ttl) <= MAX_TTL_S:
                 self._answer(400)
                 return
+            seen.puts += 1
             token = secrets.token_urlsafe(24)
-            tokens.add(token)
+            seen.tokens.add(token)
             self._answer(200, token)
 
         def do_GET(self) -> None:
-            if self.headers.get(TOKEN_HEADER) not in tokens:
+            seen.paths.append(self.path)
+            if self.headers.get(TOKEN_HEADER) not in seen.tokens:
+                seen.refused += 1
                 self._answer(401)
+                return
+            if seen.broken:
+                # Somewhere else: a client must not follow (its token would go along).
+                self.send_response(seen.broken)
+                self.send_header("Location", "http://192.0.2.1/elsewhere")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
                 return
             if not self.path.startswith(META):
                 self._answer(404)
@@ -71,13 +98,27 @@ def handler(state: Path) -> type[http.server.BaseHTTPRequestHandler]:
                 file = state.with_name(notice)
                 self._answer(200, file.read_text()) if file.exists() else self._answer(404)
                 return
-            body = served.get(path)
+            # Read per request: a test may change what the instance says while it runs.
+            body = json.loads(state.read_text())["meta-data"].get(path)
             self._answer(404) if body is None else self._answer(200, body)
 
         def log_message(self, format: str, *args: object) -> None:
             sys.stderr.write(f"fixture-imds: {format % args}\n")
 
     return Handler
+
+
+@contextlib.contextmanager
+def serving(state: Path, seen: Seen | None = None) -> Iterator[str]:
+    """The fixture on 127.0.0.1 in this process, for tests: yields its base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler(state, seen))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def main(argv: list[str] | None = None) -> int:
