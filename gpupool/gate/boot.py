@@ -18,6 +18,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from gpupool.gate import runner
 from gpupool.gate.expect import FactsError, burst_expect
@@ -29,10 +30,10 @@ REASON_MAX = 200  # a Slurm reason is read in `sinfo -R`: the report has the res
 USAGE = "usage: python -m gpupool.gate.boot FACTS NODE REPORT_DIR"
 
 
-def reason(report: dict[str, object]) -> str:
+def reason(report: dict[str, Any]) -> str:
     """The drain reason for a report that did not pass, in one bounded line."""
     if report["verdict"] == FAIL:
-        text = "gpupool gate failed: " + ", ".join(map(str, report["failed"]))  # type: ignore[call-overload]
+        text = "gpupool gate failed: " + ", ".join(map(str, report["failed"]))
     else:
         error = " ".join(str(report.get("error") or "no checks ran").split())
         text = f"gpupool gate could not run: {error[-120:]}"
