@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from gpupool.lab import hosts, mirror
 from gpupool.spec import loader
 from gpupool.spec.model import Description
@@ -68,3 +70,50 @@ def test_mirror_reads_the_driver_builds_it_carries(tmp_path) -> None:  # type: i
                  "datacenter-gpu-manager_1%3a3.3.9_amd64.deb"):
         (pool / name).touch()
     assert mirror.driver_versions(tmp_path) == ["535.261.03", "535.309.01"]
+
+
+class _FakePodman:
+    """Just enough of podman's container life cycle for ensure_host: create, inspect, start
+    and rm, by name, recording each call."""
+
+    def __init__(self) -> None:
+        self.containers: dict[str, dict[str, object]] = {}
+        self.calls: list[str] = []
+
+    def __call__(self, *args: str, check: bool = True, timeout: float = 300):  # type: ignore[no-untyped-def]
+        import subprocess  # noqa: PLC0415
+
+        self.calls.append(args[0])
+        out, rc = "", 0
+        if args[:2] == ("container", "inspect"):
+            info = self.containers.get(args[2])
+            out, rc = (json.dumps([info]), 0) if info else ("", 125)
+        elif args[0] == "create":
+            name = args[args.index("--name") + 1]
+            made = [a.split("=", 1)[1] for a in args if a.startswith("gpupool.create=")]
+            self.containers[name] = {"State": {"Status": "created"},
+                                     "Config": {"Labels": {"gpupool.create": made[0]}}}
+        elif args[0] == "start":
+            self.containers[args[1]]["State"] = {"Status": "running"}
+        elif args[0] == "rm":
+            self.containers.pop(args[-1])
+        return subprocess.CompletedProcess(["podman", *args], rc, out, "")
+
+
+def test_a_host_made_by_another_checkout_is_replaced_not_reused(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    desc = _desc()
+    fake = _FakePodman()
+    monkeypatch.setattr(hosts, "podman", fake)
+    monkeypatch.setattr(hosts, "lab_dir", lambda _d: tmp_path / "one")
+    assert hosts.ensure_host(desc, "lab-ctl", "img") is True
+    fake.calls.clear()
+    assert hosts.ensure_host(desc, "lab-ctl", "img") is False  # same arguments: kept
+    assert fake.calls == ["container"]
+    # Another clone's lab left on this machine: its host mounts that clone's key and mirror.
+    monkeypatch.setattr(hosts, "lab_dir", lambda _d: tmp_path / "two")
+    assert hosts.ensure_host(desc, "lab-ctl", "img") is True
+    assert fake.calls[-3:] == ["rm", "create", "start"]
+    # So is one built from another image, and one asked to be replaced.
+    assert hosts.ensure_host(desc, "lab-ctl", "img2") is True
+    assert hosts.ensure_host(desc, "lab-ctl", "img2", replace=True) is True
+    assert hosts.ensure_host(desc, "lab-ctl", "img2") is False

@@ -368,28 +368,46 @@ def shared_mounts(desc: Description) -> list[str]:
     return args
 
 
-def ensure_host(desc: Description, node: str, image: str) -> None:
+def _create_args(desc: Description, node: str, image: str) -> list[str]:
+    """podman create's arguments for a node's host, less its name and labels."""
+    nets = [a for seg, addr in desc.nodes[node].addresses.items()
+            for a in ("--network", f"{network_name(desc, seg)}:ip={addr}")]
+    hosts = [a for n, other in desc.nodes.items()
+             for a in ("--add-host", f"{n}:{other.addresses['management']}")]
+    return ["--hostname", node, "--systemd=always", *nets, *hosts,
+            # NET_ADMIN acts on the host's own network namespace only (nftables, net.*);
+            # /proc/sys is unmasked so the hardening role can apply net.* sysctls.
+            "--cap-add", "NET_ADMIN", "--security-opt", "unmask=/proc/sys",
+            "-v", f"{key_path(desc)}.pub:/root/.ssh/authorized_keys:ro",
+            "-v", f"{mirror_dir(desc)}:{MIRROR_MOUNT}:ro",
+            *shared_mounts(desc),
+            image]
+
+
+def ensure_host(desc: Description, node: str, image: str, replace: bool = False) -> bool:
+    """Create and start a node's host, reusing one made from the same arguments; returns
+    whether it was (re)created. A host made from other arguments (another checkout's key,
+    mirror or storage, an older image or layout) is replaced, never reused: a lab left by
+    another clone on this machine mounts that clone's files."""
     name = container_name(desc, node)
+    args = _create_args(desc, node, image)
+    made = hashlib.sha256(json.dumps(args).encode()).hexdigest()[:16]
     info = _inspect(name)
-    if info is not None and info["ImageName"] != image:
-        podman("rm", "-f", "-t", "0", name)  # built from an older recipe: replace it
+    if info is not None and (replace or _label(info, "gpupool.create") != made):
+        podman("rm", "-f", "-t", "0", name)
         info = None
     if info is None:
-        nets = [a for seg, addr in desc.nodes[node].addresses.items()
-                for a in ("--network", f"{network_name(desc, seg)}:ip={addr}")]
-        hosts = [a for n, other in desc.nodes.items()
-                 for a in ("--add-host", f"{n}:{other.addresses['management']}")]
-        podman("create", *labels(desc), "--label", f"gpupool.node={node}", "--name", name,
-               "--hostname", node, "--systemd=always", *nets, *hosts,
-               # NET_ADMIN acts on the host's own network namespace only (nftables, net.*);
-               # /proc/sys is unmasked so the hardening role can apply net.* sysctls.
-               "--cap-add", "NET_ADMIN", "--security-opt", "unmask=/proc/sys",
-               "-v", f"{key_path(desc)}.pub:/root/.ssh/authorized_keys:ro",
-               "-v", f"{mirror_dir(desc)}:{MIRROR_MOUNT}:ro",
-               *shared_mounts(desc),
-               image)
+        podman("create", *labels(desc), "--label", f"gpupool.node={node}",
+               "--label", f"gpupool.create={made}", "--name", name, *args)
     if info is None or info["State"]["Status"] != "running":  # type: ignore[index]
         podman("start", name)
+    return info is None
+
+
+def _label(info: dict[str, object], key: str) -> str:
+    config = info.get("Config")
+    found = config.get("Labels") if isinstance(config, dict) else None
+    return str(found.get(key, "")) if isinstance(found, dict) else ""
 
 
 def systemd_state(desc: Description, node: str) -> str:
@@ -471,11 +489,21 @@ def up(desc: Description, report: Report = lambda _m: None, nodes: list[str] | N
     report(f"package mirror {mirror_dir(desc).relative_to(PROJECT_ROOT)} ready")
     nets = ensure_networks(desc)
     report(f"networks {', '.join(f'{n} {c}' for n, c in nets.items())}")
+    fresh = {node: ensure_host(desc, node, image) for node in chosen}
     for node in chosen:
-        ensure_host(desc, node, image)
-    for node in chosen:
-        wait_for(f"systemd on {node}",
-              lambda n=node: systemd_state(desc, n) in ("running", "degraded"), BOOT_WAIT_S)
+        def booted(n: str = node) -> bool:
+            return systemd_state(desc, n) in ("running", "degraded")
+
+        try:
+            wait_for(f"systemd on {node}", booted, BOOT_WAIT_S)
+        except LabError:
+            if fresh[node]:
+                raise
+            # A reused host that no longer boots (its processes killed under it, say) is
+            # made anew, once.
+            report(f"host {node} did not answer; recreating it")
+            ensure_host(desc, node, image, replace=True)
+            wait_for(f"systemd on {node}", booted, BOOT_WAIT_S)
         wait_for(f"ssh on {node}", lambda n=node: ssh(desc, n, "true").returncode == 0, SSH_WAIT_S)
         report(f"host {node} up ({', '.join(desc.nodes[node].addresses.values())})")
     inv = write_inventory(desc, key)
