@@ -238,12 +238,12 @@ def test_a_node_that_does_not_pass_drains_itself_and_never_starts_slurmd(
     assert (tmp_path / cloud.CLIENT_CONF.lstrip("/")).read_text() == (
         f"ClusterName={desc.pool.name}\nSlurmctldHost={ctl}({address})\n")
     scontrol = [c for c in done.log("commands").splitlines() if " scontrol " in c]
-    # Drained with the reason first (an operator reads it in sinfo -R), then powered down:
-    # Slurm requeues its job and the suspend program terminates the instance.
+    # Powered down (Slurm requeues its job, the suspend program terminates the instance),
+    # then drained with the reason, which the power-down would otherwise have reset.
     assert scontrol == [
-        f"SLURM_CONF={cloud.CLIENT_CONF} scontrol update nodename=l4-burst-2 state=drain "
-        f"reason={reason}",
         f"SLURM_CONF={cloud.CLIENT_CONF} scontrol update nodename=l4-burst-2 "
-        "state=power_down_force"]
+        "state=power_down_force",
+        f"SLURM_CONF={cloud.CLIENT_CONF} scontrol update nodename=l4-burst-2 state=drain "
+        f"reason={reason}"]
     assert "slurmd" not in done.log("commands")
     assert not (tmp_path / "etc/default/slurmd").exists()

@@ -473,8 +473,8 @@ def _join_slurm(desc: Description, group: BurstGroup) -> list[str]:
         "umask 022",
         "systemctl restart munge",
         # The acceptance gate's quick tier before slurmd can take any work (gate/boot.py).
-        # A node that does not pass reports itself drained with the failed checks and
-        # powered down, so Slurm requeues its job elsewhere and the suspend program
+        # A node that does not pass reports itself powered down and drained with the
+        # failed checks, so Slurm requeues its job elsewhere and the suspend program
         # terminates the instance; a node without the gate (a broken image) is kept out too.
         f"if ! reason=$(PYTHONPATH={q(GATE_LIB)} timeout {GATE_TIMEOUT_S} python3 -m "
         f'gpupool.gate.boot {q(FACTS_PATH)} "$node" {q(GATE_REPORTS)}); then',
@@ -483,10 +483,12 @@ def _join_slurm(desc: Description, group: BurstGroup) -> list[str]:
         f"  install -d -m 0755 {q(CLIENT_CONF.rsplit('/', 1)[0])}",
         f"  printf '%s\\n' {q(f'ClusterName={desc.pool.name}')} "
         f"{q(f'SlurmctldHost={ctl}({address})')} > {q(CLIENT_CONF)}",
-        f'  SLURM_CONF={q(CLIENT_CONF)} scontrol update nodename="$node" state=drain'
-        ' reason="${reason:0:200}" || true',
+        # Power down first: in Slurm 22.05 power_down_force resets the node to idle,
+        # dropping a drain set before it (measured in the lab), so the drain comes after.
         f'  SLURM_CONF={q(CLIENT_CONF)} scontrol update nodename="$node"'
         " state=power_down_force || true",
+        f'  SLURM_CONF={q(CLIENT_CONF)} scontrol update nodename="$node" state=drain'
+        ' reason="${reason:0:200}" || true',
         "  exit 1",
         "fi",
         # Configless: slurmd takes slurm.conf and the rest from slurmctld, so the image
