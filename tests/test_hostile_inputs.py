@@ -27,6 +27,9 @@ FILES: dict[str, tuple[bytes, str]] = {
     "unclosed-flow": (b"pool: {name: lab\n", "yaml"),
     "too-large": (b"x: " + b"a" * (loader.MAX_BYTES + 10) + b"\n", "file-size"),
     "duplicate-after-merge": (b"a: &a {b: 1}\nc:\n  <<: *a\n  d: 1\n  d: 2\n", "yaml"),
+    # Python refuses to convert decimals of over 4,300 digits; hex has no such limit.
+    "huge-decimal": (b"version: " + b"9" * 5000 + b"\n", "yaml"),
+    "huge-hex": (b"version: 0x" + b"f" * 5000 + b"\n", "yaml"),
 }
 
 

@@ -56,6 +56,7 @@ _PATTERN_RULES = {
 MAX_BYTES = 8 * 1024 * 1024
 MAX_DEPTH = 64  # nested collections
 MAX_EXPANDED_NODES = 2_000_000  # after anchors and aliases are expanded ("billion laughs")
+MAX_NUMBER_CHARS = 64  # an integer's digits, signs and separators
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
@@ -119,8 +120,19 @@ def _construct_mapping(loader: yaml.SafeLoader | yaml.CSafeLoader, node: yaml.Ma
     return loader.construct_mapping(node, deep=True)
 
 
+def _construct_int(loader: yaml.SafeLoader | yaml.CSafeLoader, node: yaml.ScalarNode) -> int:
+    # Python refuses to convert a decimal of more than 4,300 digits (a ValueError out of
+    # PyYAML); no number in a description comes near MAX_NUMBER_CHARS.
+    if len(str(node.value)) > MAX_NUMBER_CHARS:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"a number of more than {MAX_NUMBER_CHARS} characters",
+            node.start_mark)
+    return int(yaml.SafeLoader.construct_yaml_int(loader, node))  # type: ignore[arg-type]
+
+
 for _loader in (_DescriptionLoader, _FastDescriptionLoader):
     _loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+    _loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 def _expanded_size(root: yaml.Node) -> int:

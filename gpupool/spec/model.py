@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints
+from pydantic import Strict as StrictType
 
 # A DNS-1123 label: valid as a hostname, a Slurm node/account name and a Kubernetes name.
 NAME_RE = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -66,6 +67,12 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+# Numbers are numbers as YAML writes them: `true` (1 to pydantic), 2.0 or "8" where a count
+# belongs is a mistake to name, not a value to coerce.
+Int = Annotated[int, StrictType()]
+Number = Annotated[float, StrictType()]  # an integer is a number too
+
+
 Region = Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")]
 CostCentre = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][-A-Za-z0-9_]{1,63}$")]
 
@@ -110,12 +117,12 @@ MigProfileName = Annotated[str, StringConstraints(pattern=MIG_PROFILE_RE)]
 
 class Gpu(Strict):
     model: str
-    count: Annotated[int, Field(ge=1, le=16)]
-    memory_gib: Annotated[int, Field(ge=1, le=1024)]
+    count: Annotated[Int, Field(ge=1, le=16)]
+    memory_gib: Annotated[Int, Field(ge=1, le=1024)]
     interconnect: Interconnect = Interconnect.PCIE
     mig_strategy: MigStrategy = MigStrategy.NONE
     # MIG profile -> instances on every GPU of the class, e.g. {"1g.10gb": 7}
-    mig_profiles: dict[MigProfileName, Annotated[int, Field(ge=1, le=7)]] = {}
+    mig_profiles: dict[MigProfileName, Annotated[Int, Field(ge=1, le=7)]] = {}
 
 
 class NicType(StrEnum):
@@ -126,21 +133,21 @@ class NicType(StrEnum):
 
 class Nic(Strict):
     type: NicType
-    count: Annotated[int, Field(ge=1, le=32)]
-    speed_gbps: Annotated[int, Field(ge=1, le=3200)]
+    count: Annotated[Int, Field(ge=1, le=32)]
+    speed_gbps: Annotated[Int, Field(ge=1, le=3200)]
 
 
 class Nvme(Strict):
-    count: Annotated[int, Field(ge=0, le=32)] = 0
-    size_gib: Annotated[int, Field(ge=0)] = 0
+    count: Annotated[Int, Field(ge=0, le=32)] = 0
+    size_gib: Annotated[Int, Field(ge=0, le=1_048_576)] = 0
 
 
 class NodeClass(Strict):
     description: str = ""
     gpu: Gpu | None = None
     nics: list[Nic] = []
-    cpus: Annotated[int, Field(ge=1, le=4096)]
-    memory_gib: Annotated[int, Field(ge=1, le=65536)]
+    cpus: Annotated[Int, Field(ge=1, le=4096)]
+    memory_gib: Annotated[Int, Field(ge=1, le=65536)]
     nvme: Nvme = Nvme()
 
 
@@ -170,9 +177,9 @@ class BurstGroup(Strict):
         pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")]], Field(min_length=1)]
     instance_types: Annotated[list[str], Field(min_length=1)]
     capacity: Annotated[list[Capacity], Field(min_length=1)]
-    on_demand_base: Annotated[int, Field(ge=0)] = 0
-    min_nodes: Annotated[int, Field(ge=0)] = 0
-    max_nodes: Annotated[int, Field(ge=0, le=1000)]
+    on_demand_base: Annotated[Int, Field(ge=0, le=1000)] = 0
+    min_nodes: Annotated[Int, Field(ge=0, le=1000)] = 0
+    max_nodes: Annotated[Int, Field(ge=0, le=1000)]
     efa: bool = False
     team: str | None = None  # None: shared by every team
 
@@ -184,18 +191,21 @@ class Role(StrEnum):
     ADMIN = "admin"
 
 
+MAX_GPUS = 1_000_000  # a bound on any GPU count: no quota is worth more than every GPU
+
+
 class Team(Strict):
     cost_centre: CostCentre
-    quota: Annotated[dict[str, Annotated[int, Field(ge=0)]], Field(min_length=1)]
-    borrowing_limit: dict[str, Annotated[int, Field(ge=0)]] = {}
+    quota: Annotated[dict[str, Annotated[Int, Field(ge=0, le=MAX_GPUS)]], Field(min_length=1)]
+    borrowing_limit: dict[str, Annotated[Int, Field(ge=0, le=MAX_GPUS)]] = {}
     # MIG profile -> the most instances of it the team may hold at once (Slurm GrpTRES
     # gres/gpu:<profile>); only profiles some node class offers.
-    mig_quota: dict[MigProfileName, Annotated[int, Field(ge=0)]] = {}
+    mig_quota: dict[MigProfileName, Annotated[Int, Field(ge=0, le=7 * MAX_GPUS)]] = {}
     members: dict[Role, list[User]] = {}
 
 
 class TaskClass(Strict):
-    priority: Annotated[int, Field(ge=1, le=1_000_000)]
+    priority: Annotated[Int, Field(ge=1, le=1_000_000)]
     max_runtime: Duration
     preemptible: bool
     grace_time: Duration = "0s"
@@ -239,15 +249,15 @@ class Mount(Strict):
 
 
 class Transition(Strict):
-    after_days: Annotated[int, Field(ge=1)]
+    after_days: Annotated[Int, Field(ge=1, le=36500)]
     temperature: Temperature
 
 
 class StorageTier(Strict):
     purpose: Purpose
     temperature: Temperature
-    size_tib: Annotated[float, Field(gt=0, le=100_000)]
-    retention_days: Annotated[int, Field(ge=1, le=36500)]
+    size_tib: Annotated[Number, Field(gt=0, le=100_000)]
+    retention_days: Annotated[Int, Field(ge=1, le=36500)]
     mount: Mount | None = None
     versioning: bool = False
     lifecycle: list[Transition] = []
@@ -256,8 +266,8 @@ class StorageTier(Strict):
 class Segment(Strict):
     cidr: Cidr
     cloud_cidr: Cidr | None = None
-    vlan: Annotated[int, Field(ge=1, le=4094)]
-    mtu: Annotated[int, Field(ge=1280, le=9216)] = 1500
+    vlan: Annotated[Int, Field(ge=1, le=4094)]
+    mtu: Annotated[Int, Field(ge=1280, le=9216)] = 1500
     rdma: bool = False
 
 
@@ -265,7 +275,7 @@ class Flow(Strict):
     from_: str = Field(alias="from")
     to: str
     protocol: Annotated[str, StringConstraints(pattern=r"^(tcp|udp|all)$")]
-    ports: list[Annotated[int, Field(ge=1, le=65535)]] = []
+    ports: list[Annotated[Int, Field(ge=1, le=65535)]] = []
     description: str = ""
 
 
@@ -281,7 +291,7 @@ class Vpn(Strict):
     """A site-to-site VPN (two IPsec tunnels, BGP) to the on-prem customer gateway."""
 
     customer_gateway: Address  # the on-prem device's public IPv4 address
-    bgp_asn: Annotated[int, Field(ge=1, le=BGP_ASN_MAX)]
+    bgp_asn: Annotated[Int, Field(ge=1, le=BGP_ASN_MAX)]
 
 
 class Egress(StrEnum):
@@ -356,7 +366,7 @@ class Kubernetes(Strict):
 class Description(Strict):
     """A whole pool. `version` is the schema version, for migrations."""
 
-    version: Annotated[int, Field(ge=1, le=1)]
+    version: Annotated[Int, Field(ge=1, le=1)]
     pool: Pool
     sites: Annotated[dict[Name, Site], Field(min_length=1)]
     node_classes: Annotated[dict[Name, NodeClass], Field(min_length=1)]
