@@ -114,20 +114,23 @@ def _split(path: str) -> list[str | int]:
 
 
 def mutate(data: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
-    """Apply {set: path, value: v} / {delete: path} operations to a copy of data.
+    """Apply {set: path, value: v} / {delete: path} / {rename: path, to: key} operations
+    to a copy of data.
 
     Paths use the same notation as error paths: `nodes.lab-gpu1.addresses.training`,
     `network.flows[0].ports`.
     """
     data = copy.deepcopy(data)
     for op in ops:
-        key = "set" if "set" in op else "delete"
+        key = next(k for k in ("set", "delete", "rename") if k in op)
         *parents, last = _split(op[key])
         target: Any = data
         for p in parents:
             target = target[p]
         if key == "set":
             target[last] = op["value"]
+        elif key == "rename":
+            target[op["to"]] = target.pop(last)
         else:
             del target[last]
     return data

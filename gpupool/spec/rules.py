@@ -569,6 +569,15 @@ def names(desc: Description) -> Iterator[Problem]:
             yield Problem(f"task_classes.{name}", "class-name-reserved",
                           "a task class is a Slurm partition and QOS: this name is Slurm's "
                           "own", name)
+    # slurm.conf and topology.conf read DEFAULT (in any case) as the defaults line and ALL
+    # as every node, and "localhost" as a host name breaks the node's own /etc/hosts.
+    for section, names_ in (("nodes", desc.nodes), ("burst_groups", desc.burst_groups),
+                            *((f"sites.{site}.leaf_switches", s.leaf_switches)
+                              for site, s in desc.sites.items())):
+        for name in names_:
+            if name in RESERVED_SLURM_NAMES or name == "localhost":
+                yield Problem(f"{section}.{name}", "name-reserved",
+                              "Slurm's own keyword or the loopback host name", name)
     # Burst groups name their cloud nodes <group>-<i> and get a switch named as the group.
     generated = {n: g for g, grp in desc.burst_groups.items()
                  for n in (f"{g}-{i}" for i in range(grp.max_nodes))}
