@@ -117,3 +117,11 @@ def test_unusual_valid_description_is_accepted_and_renders(case: dict[str, Any])
     assert inventory.build(desc)["all"]["hosts"]
     assert "slurm.conf" in slurm.render_files(desc)
     assert k8s_objects.manifests(desc)
+
+
+def test_a_package_version_loses_its_v_where_it_enters() -> None:
+    """apt knows no "v22.05.8": the lock reaches the roles as Debian writes it; the GPU
+    Operator's chart version keeps the tag NVIDIA gives it."""
+    data = mutate(raw_stack("lab"), [{"set": "software.slurm", "value": "v22.05.8"}])
+    sw = loader.parse(data).software
+    assert (sw.slurm, sw.gpu_operator) == ("22.05.8", "v26.7.0")

@@ -176,3 +176,12 @@ DCGM_EXPORTER_PORT = 9400
 # slurmd registers with slurmctld on the first, slurmctld reaches slurmd on the second.
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818
+
+# The first release of a component that fixes publicly known vulnerabilities a shared pool
+# cannot live with: a lock below it is refused, whatever the description's blocklist says.
+# Container toolkit: CVE-2024-0132/0133 (fixed in 1.16.2), CVE-2025-23359 (1.17.4) and
+# CVE-2025-23266/23267 (1.17.8) let a container image escape to the host.
+FIXED_IN = {
+    "container_toolkit": ("1.17.8", "container escapes CVE-2024-0132, CVE-2025-23359 and "
+                                    "CVE-2025-23266 are fixed only from 1.17.8"),
+}

@@ -25,6 +25,23 @@ User = Annotated[str, StringConstraints(pattern=USER_RE)]
 # An exact version: digits and dots with an optional suffix; no wildcards, ranges or "latest".
 VERSION_RE = r"^v?\d+(\.\d+){1,3}([-+~][0-9A-Za-z.+~-]+)?$"
 Version = Annotated[str, StringConstraints(pattern=VERSION_RE)]
+# A version a distribution package carries: Debian's versions never start with "v", so a
+# "v" typed before one is dropped where it enters (apt would find no such version).
+PackageVersion = Annotated[Version, AfterValidator(lambda v: v.removeprefix("v"))]
+
+
+def version_key(version: str) -> tuple[tuple[int, ...], str]:
+    """A version's numbers and its suffix, for comparing: "v1.17.8" and "1.17.8" are one
+    version; a "~" suffix (Debian's pre-release) sorts before the release."""
+    head = version.strip().removeprefix("v")
+    cut = next((i for i, c in enumerate(head) if c in "-+~"), len(head))
+    return tuple(int(n) for n in head[:cut].split(".") if n.isdigit()), head[cut:]
+
+
+def older_than(version: str, fixed: str) -> bool:
+    numbers, suffix = version_key(version)
+    floor = version_key(fixed)[0]
+    return numbers < floor or (numbers == floor and suffix.startswith("~"))
 DURATION_RE = r"^\d+[smhd]$"
 Duration = Annotated[str, StringConstraints(pattern=DURATION_RE)]
 
@@ -331,20 +348,21 @@ class Network(Strict):
 
 
 class Software(Strict):
-    nvidia_driver: Version
-    cuda: Version
-    container_toolkit: Version
-    dcgm: Version
+    nvidia_driver: PackageVersion
+    cuda: PackageVersion
+    container_toolkit: PackageVersion
+    dcgm: PackageVersion
     # dcgm-exporter. NVIDIA pairs each exporter release with a DCGM release (container tags
     # <dcgm>-<exporter>, e.g. 3.3.9-3.6.1 and 4.2.3-4.1.3): lock the exporter built for
     # `dcgm`. Its Debian/RPM package (datacenter-gpu-manager-exporter) carries this version.
-    dcgm_exporter: Version
-    nccl: Version
-    gpu_operator: Version
-    slurm: Version
-    # component (a field above) -> versions never to install
+    dcgm_exporter: PackageVersion
+    nccl: PackageVersion
+    gpu_operator: Version  # a Helm chart's version, written as NVIDIA tags it (v26.7.0)
+    slurm: PackageVersion
+    # component (a field above) -> versions never to install (apt pins them out, so as
+    # Debian writes them)
     blocklist: dict[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z_]{0,31}$")],
-                    list[Version]] = {}
+                    list[PackageVersion]] = {}
 
 
 class Cni(StrEnum):

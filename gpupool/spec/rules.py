@@ -15,6 +15,7 @@ from itertools import combinations
 from gpupool.spec import mig
 from gpupool.spec.catalog import (
     DCGM_EXPORTER_PORT,
+    FIXED_IN,
     GPU_MODELS,
     INSTANCE_TYPES,
     MIG_GEOMETRIES,
@@ -48,6 +49,8 @@ from gpupool.spec.model import (
     Purpose,
     Temperature,
     duration_seconds,
+    older_than,
+    version_key,
 )
 
 Rule = Callable[[Description], Iterator[Problem]]
@@ -542,9 +545,13 @@ def software(desc: Description) -> Iterator[Problem]:
         if component not in locked:
             yield Problem(f"software.blocklist.{component}", "blocklist-component",
                           f"not a locked component; known: {', '.join(locked)}", component)
-        elif locked[component] in versions:
+        elif version_key(locked[component]) in {version_key(v) for v in versions}:
             yield Problem(f"software.{component}", "version-not-blocklisted",
                           "the locked version is on the blocklist", locked[component])
+    for component, (fixed, why) in FIXED_IN.items():
+        if older_than(locked[component], fixed):
+            yield Problem(f"software.{component}", "version-vulnerable", why,
+                          locked[component])
 
 
 @rule("teams", "task_classes", "nodes", "burst_groups", "sites")
