@@ -386,3 +386,17 @@ def test_hostile_values_add_nothing(template: Path, pair: Any) -> None:
             continue
         problems += [f"{g.host}: {p}" for p in _compare(template, g.text, b.text, suffix)]
     assert not problems, "\n".join(problems[:10])
+
+
+def test_unprivileged_containers_cannot_pick_gpus_by_environment() -> None:
+    """Issue 14: the container toolkit's configuration, as rendered for every lab GPU node,
+    refuses NVIDIA_VISIBLE_DEVICES from unprivileged containers."""
+    import tomllib  # noqa: PLC0415
+
+    template = ROOT / "roles/nvidia_container_toolkit/templates/config.toml.j2"
+    rendered = [r for r in renders(None)[template] if r.text is not None]
+    assert rendered
+    for r in rendered:
+        config = tomllib.loads(r.text or "")
+        assert config["accept-nvidia-visible-devices-envvar-when-unprivileged"] is False
+        assert config["accept-nvidia-visible-devices-as-volume-mounts"] is True
