@@ -66,6 +66,23 @@ def test_unknown_stack_names_the_stack() -> None:
         ("stack", "stack-exists", "nope")]
 
 
+@pytest.mark.parametrize("named", ["/etc/passwd", "../outside.yaml", "pools/../../x.yaml",
+                                   "escape.yaml"])
+def test_a_stack_names_only_a_description_inside_its_project(tmp_path: Path,
+                                                             named: str) -> None:
+    """A cloned project's stack config cannot make gpupool read (and echo as problems) a
+    file elsewhere on the machine, through a path or a link."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (tmp_path / "outside.yaml").write_text("secret: 1\n")
+    (project / "escape.yaml").symlink_to(tmp_path / "outside.yaml")
+    (project / "Pulumi.x.yaml").write_text(f"config:\n  gpupool:description: {named}\n")
+    with pytest.raises(DescriptionError) as info:
+        loader.load_stack("x", project)
+    assert [(p.path, p.rule, p.value) for p in info.value.problems] == [
+        ("config.gpupool:description", "description-path", named)]
+
+
 def test_cli_invalid_exits_nonzero_and_writes_nothing(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = mutate(raw_stack("lab"), [{"set": "nodes.lab-gpu1.rack", "value": "r9"},

@@ -241,7 +241,15 @@ def description_path(stack: str, root: Path = PROJECT_ROOT) -> Path:
         raise DescriptionError(str(cfg_path), [Problem(
             f"config.{CONFIG_KEY}", "description-path",
             "the stack config must name the pool description file", rel)])
-    return (root / rel).resolve()
+    # A stack config comes with a project, perhaps someone else's: it may name only a file
+    # of that project, never one elsewhere on the machine (/etc/shadow's lines would come
+    # back as problems). --file names any file, on its user's own word.
+    path = (root / rel).resolve()
+    if not path.is_relative_to(root.resolve()):
+        raise DescriptionError(str(cfg_path), [Problem(
+            f"config.{CONFIG_KEY}", "description-path",
+            "the description must be a file inside the project folder", rel)])
+    return path
 
 
 def _path(loc: tuple[int | str, ...]) -> str:
