@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from gpupool import cli
 from gpupool.spec import connection, loader
@@ -144,6 +145,23 @@ def test_bad_connection_settings_are_problems(tmp_path: Path,
     unknown_site = _project(tmp_path / "2", {"sites": {"nowhere": {"user": "ops"}}})
     with pytest.raises(DescriptionError, match=r"\[site-exists\] no site nowhere"):
         connection.load("dev", unknown_site)
+
+
+@pytest.mark.parametrize("settings", [
+    {"ssh_args": "-o ProxyCommand=nc"}, {"ssh_args": "-oLocalCommand=id"},
+    {"ssh_args": "-F /tmp/options"}, {"ssh_args": "-o KnownHostsCommand=/bin/id"},
+    {"ssh_args": "-o ConnectTimeout=5;id"}, {"bastion": "-oProxyCommand"},
+    {"bastion": "ops@-v"}, {"python_interpreter": "$(id)"}, {"become_method": "sh"},
+    {"become_user": "Root"}, {"private_key_file": "a key"}])
+def test_connection_settings_cannot_run_commands_here(settings: dict[str, str]) -> None:
+    """A cloned project's stack config reaches ssh's and Ansible's command lines: nothing in
+    it may make them run a command on the operator's machine or read other options."""
+    with pytest.raises(ValidationError):
+        connection.Settings.model_validate(settings)
+    accepted = {"ssh_args": "-oConnectTimeout=5 -o StrictHostKeyChecking=accept-new",
+                "bastion": "ops@jump.example.com:2222,jump2",
+                "python_interpreter": "/usr/bin/python3", "become_method": "sudo"}
+    assert connection.Settings.model_validate(accepted).ssh_args == accepted["ssh_args"]
 
 
 def _fails_cleanly(proc: subprocess.CompletedProcess[str], *expected: str) -> None:

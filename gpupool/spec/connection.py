@@ -28,14 +28,34 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from gpupool.paths import PROJECT_ROOT
 from gpupool.spec import loader
 from gpupool.spec.errors import DescriptionError, Problem
-from gpupool.spec.model import Description
+from gpupool.spec.model import USER_RE, Description
 
 CONFIG_KEY = "gpupool:connection"
 
 _WORD_RE = re.compile(r"[^\s'\"]+")
-# [user@]host[:port], comma-separated for several hops (as ssh -J takes them).
-_HOP = r"([A-Za-z0-9._-]+@)?([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(:\d{1,5})?"
+# [user@]host[:port], comma-separated for several hops (as ssh -J takes them). Neither a
+# user nor a host may start with '-': ssh would read it as an option of the jump's ssh.
+_NAME = r"[A-Za-z0-9._][A-Za-z0-9._-]*"
+_HOP = rf"({_NAME}@)?({_NAME}|\[[0-9A-Fa-f:.]+\])(:\d{{1,5}})?"
 _BASTION_RE = re.compile(rf"{_HOP}(,{_HOP})*")
+_PATH_RE = re.compile(r"/[A-Za-z0-9._+/-]*")
+# The ssh options a stack may add (ssh_config(5) keywords), as `-o Key=Value`: how to
+# connect, never a command to run on this machine (ProxyCommand, LocalCommand,
+# KnownHostsCommand, Match exec ...) nor a file of options to read (-F, Include). A cloned
+# project's stack config is input like any other.
+SSH_OPTIONS = frozenset({
+    "addressfamily", "batchmode", "checkhostip", "ciphers", "compression",
+    "connectionattempts", "connecttimeout", "controlmaster", "controlpath", "controlpersist",
+    "forwardagent", "gssapiauthentication", "hostkeyalgorithms", "hostkeyalias",
+    "identitiesonly", "identityagent", "identityfile", "kexalgorithms", "loglevel", "macs",
+    "port", "preferredauthentications", "pubkeyacceptedalgorithms", "serveralivecountmax",
+    "serveraliveinterval", "stricthostkeychecking", "tcpkeepalive", "user",
+    "userknownhostsfile",
+})
+_SSH_OPTION_RE = re.compile(r"([A-Za-z]+)=([A-Za-z0-9@%._,:/+~-]+)")
+# Ansible's become plugins that escalate on the target (ansible-doc -t become -l).
+BECOME_METHODS = frozenset({"sudo", "su", "doas", "pbrun", "pfexec", "dzdo", "ksu",
+                            "machinectl", "sesu", "runas"})
 
 
 def _word(value: str) -> str:
@@ -51,8 +71,44 @@ def _bastion(value: str) -> str:
     return value
 
 
+def _user(value: str) -> str:
+    if not re.fullmatch(USER_RE, value):
+        raise ValueError("must be a Unix user name")
+    return value
+
+
+def _path(value: str) -> str:
+    if not _PATH_RE.fullmatch(value) or "/../" in f"{value}/":
+        raise ValueError("must be an absolute path of plain names")
+    return value
+
+
+def _become_method(value: str) -> str:
+    if value not in BECOME_METHODS:
+        raise ValueError(f"must be one of {', '.join(sorted(BECOME_METHODS))}")
+    return value
+
+
+def _ssh_args(value: str) -> str:
+    """ssh_args as `-o Key=Value` options from SSH_OPTIONS, separated by blanks."""
+    # "-o Key=Value" and "-oKey=Value" alike: join each lone -o to the word after it.
+    options = re.sub(r"(^|\s)-o\s+(?=\S)", r"\1-o", value.strip()).split()
+    for option in options:
+        found = _SSH_OPTION_RE.fullmatch(option.removeprefix("-o"))
+        if not option.startswith("-o") or not found:
+            raise ValueError(f"{option!r} is not an ssh option written -o Key=Value")
+        if found.group(1).lower() not in SSH_OPTIONS:
+            raise ValueError(f"ssh option {found.group(1)} is not one a stack may set "
+                             "(it runs a command or reads other options)")
+    return value
+
+
 Word = Annotated[str, AfterValidator(_word)]
 Bastion = Annotated[str, AfterValidator(_bastion)]
+User = Annotated[str, AfterValidator(_user)]
+AbsolutePath = Annotated[str, AfterValidator(_path)]
+BecomeMethod = Annotated[str, AfterValidator(_become_method)]
+SshArgs = Annotated[str, AfterValidator(_ssh_args)]
 
 # Setting -> the Ansible connection variable it becomes (bastion and ssh_args together
 # make ansible_ssh_common_args).
@@ -72,15 +128,15 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    user: Word | None = None
+    user: User | None = None
     port: Annotated[int, Field(ge=1, le=65535)] | None = None
-    private_key_file: str | None = None
+    private_key_file: Word | None = None
     bastion: Bastion | None = None  # ProxyJump
-    ssh_args: str | None = None  # more options for ssh, added after the bastion's
+    ssh_args: SshArgs | None = None  # more options for ssh, added after the bastion's
     become: bool | None = None
-    become_method: Word | None = None
-    become_user: Word | None = None
-    python_interpreter: Word | None = None
+    become_method: BecomeMethod | None = None
+    become_user: User | None = None
+    python_interpreter: AbsolutePath | None = None
 
     def over(self, base: Settings) -> Settings:
         """These settings laid over base."""
