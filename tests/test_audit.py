@@ -35,6 +35,31 @@ def test_read_sacct(tmp_path: Path) -> None:
     assert jobs[0].duration == 7200 and jobs[0].wait == 5
 
 
+def test_odd_history_lines_are_read_as_what_they_are(tmp_path: Path) -> None:
+    """Lines a real sacct writes besides the plain ones: a GPU count of 0, an end before the
+    start (clock skew), a requeued job submitted again after it first started."""
+    path = tmp_path / "sacct.txt"
+    path.write_text(
+        "201|nlp|training|cpu=2,gres/gpu=0|2026-11-01T10:00:00|2026-11-01T10:00:01"
+        "|2026-11-01T11:00:00|COMPLETED\n"
+        "202|nlp|training|gres/gpu=2|2026-11-01T10:00:00|2026-11-01T10:10:00"
+        "|2026-11-01T10:05:00|COMPLETED\n"
+        "203|nlp|training|gres/gpu=2|2026-11-01T10:20:00|2026-11-01T10:10:00"
+        "|2026-11-01T10:40:00|COMPLETED\n")
+    [job] = audit.read_sacct(path)
+    assert (job.id, job.wait, job.duration) == ("203", 0, 1800)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_a_time_that_is_no_number_names_its_line(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "pods.csv"
+    path.write_text(f"{','.join(audit.ALIBABA_COLUMNS)}\n"
+                    "p0,1,1000,LS,0,100,10\n"
+                    f"p1,1,1000,LS,0,{value},10\n")
+    with pytest.raises(audit.TraceError, match=r"pods.csv:3: .*finite"):
+        audit.read_alibaba(path, trace_end=200)
+
+
 def test_fcfs_simulation_and_sizing() -> None:
     jobs = [_job(i) for i in range(4)]  # four 1-GPU jobs of 100 s, all at t=0
     assert audit.simulate_fcfs_waits(jobs, 1) == [0, 100, 200, 300]

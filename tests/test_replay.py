@@ -127,3 +127,11 @@ def test_each_replay_has_its_own_key() -> None:
     second = replay_run.run_key()
     assert first != second
     assert all(re.fullmatch(r"r[0-9a-f]+", k) for k in (first, second))  # safe in job names
+
+
+def test_a_submission_quotes_what_it_writes() -> None:
+    """Defence in depth behind trace.read's checks: the submission script quotes the job
+    name, account and partition."""
+    job = trace.TraceJob("a b;id", "vision", "training", 2, 0, 10)
+    line = replay_run._submit_line("gpupool", job, "2026-01-01T00:00:00", 1.0, "r-a b;id")
+    assert "-J 'r-a b;id' -A vision -p training --requeue --gpus=2" in line

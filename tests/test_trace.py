@@ -35,6 +35,26 @@ def test_read_rejects_a_foreign_header(tmp_path: Path) -> None:
         trace.read(path)
 
 
+@pytest.mark.parametrize(("row", "says"), [
+    ("x;touch /tmp/p,vision,training,1,0,10", "job_id"),
+    ("$(id),vision,training,1,0,10", "job_id"),
+    (f"{'a' * 65},vision,training,1,0,10", "job_id"),
+    ("j1,vision,training,0,0,10", "gpus"),
+    ("j1,vision,training,1.5,0,10", "ValueError"),
+    ("j1,vision,training,1,nan,10", "submit_s"),
+    ("j1,vision,training,1,-5,10", "submit_s"),
+    ("j1,vision,training,1,0,0", "duration_s"),
+    ("j1,vision,training,1,0,inf", "duration_s"),
+])
+def test_read_checks_every_value(tmp_path: Path, row: str, says: str) -> None:
+    """A trace's values reach sbatch on the lab's controller: each is checked where it is
+    read, and the line is named."""
+    path = tmp_path / "t.csv"
+    path.write_text(f"{','.join(trace.HEADER)}\nok,vision,training,2,0,10\n{row}\n")
+    with pytest.raises(TraceError, match=rf"t.csv:3: .*{says}"):
+        trace.read(path)
+
+
 def test_alibaba_sample_fits_the_pool() -> None:
     jobs = trace.sample_alibaba(TRACE, ["vision", "nlp"], jobs=150, horizon_s=300, max_gpus=4)
     assert len(jobs) == 150

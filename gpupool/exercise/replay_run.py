@@ -13,6 +13,7 @@ on the shared checkpoint tier, so a preempted job resumes where it stopped.
 from __future__ import annotations
 
 import re
+import shlex
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -104,9 +105,13 @@ def use_policy(s: SlurmLab, policy: str) -> None:
 
 def _submit_line(policy: str, job: TraceJob, begin: str, speedup: float, name: str) -> str:
     work_ds = max(int(MIN_JOB_S * 10), round(job.duration_s / speedup * 10))
-    where = (f"-p {job.task_class} --requeue" if policy == "gpupool" else f"-p {job.team}")
-    return (f"sbatch --parsable -J {name} -A {job.team} {where} "
-            f"--gpus={job.gpus} -C onprem --begin={begin} -o /dev/null "
+    # Read and checked from a trace file (trace.read), quoted still: this runs as a shell
+    # script on the controller.
+    q = shlex.quote
+    where = (f"-p {q(job.task_class)} --requeue" if policy == "gpupool"
+             else f"-p {q(job.team)}")
+    return (f"sbatch --parsable -J {q(name)} -A {q(job.team)} {where} "
+            f"--gpus={int(job.gpus)} -C onprem --begin={q(begin)} -o /dev/null "
             f"--export=ALL,WORK_DS={work_ds} {{script}}")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import heapq
 import itertools
 import math
@@ -89,6 +90,17 @@ def csv_rows(path: Path, columns: Iterable[str]) -> list[dict[str, str]]:
         raise TraceError(f"{path}: not a CSV file: {exc}") from None
 
 
+def _ran(job: Job) -> Job | None:
+    """The job as the audit counts it, or None where it used no GPU or never ran. A
+    submission recorded after the start (a requeued job's) waited nothing; a time or GPU
+    count that is not a finite number is a mistake in the file, not a job."""
+    if not all(math.isfinite(v) for v in (job.gpus, job.submit, job.start, job.end)):
+        raise ValueError("times and GPU counts must be finite numbers")
+    if job.gpus <= 0 or job.end <= job.start:
+        return None
+    return dataclasses.replace(job, submit=min(job.submit, job.start))
+
+
 def _ts(value: str) -> float | None:
     if value in ("", "Unknown", "None"):
         return None
@@ -111,7 +123,8 @@ def read_sacct(path: Path) -> list[Job]:
             s, b, e = _ts(submit), _ts(start), _ts(end)
             if not m or s is None or b is None or e is None:
                 continue  # CPU-only, or never ran
-            jobs.append(Job(job_id, account, partition, float(max(map(int, m))), s, b, e))
+            if job := _ran(Job(job_id, account, partition, float(max(map(int, m))), s, b, e)):
+                jobs.append(job)
     return jobs
 
 
@@ -128,14 +141,12 @@ def read_alibaba(path: Path, trace_end: float | None = None,
     for n, r in enumerate(rows, start=2):
         with at_line(path, n):
             gpus = int(r["num_gpu"]) if int(r["num_gpu"]) > 1 else int(r["gpu_milli"]) / 1000
-            if gpus <= 0 or not r["scheduled_time"]:
+            if not r["scheduled_time"]:
                 continue
-            start = float(r["scheduled_time"])
             end = float(r["deletion_time"]) if r["deletion_time"] else end_of_trace
-            if end <= start:
-                continue
-            jobs.append(Job(r["name"], "trace", classes.get(r["qos"], "training"), gpus,
-                            float(r["creation_time"]), start, end))
+            if job := _ran(Job(r["name"], "trace", classes.get(r["qos"], "training"), gpus,
+                               float(r["creation_time"]), float(r["scheduled_time"]), end)):
+                jobs.append(job)
     return jobs
 
 

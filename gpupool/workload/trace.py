@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import math
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,12 +49,30 @@ def write(jobs: list[TraceJob], path: Path) -> None:
                         f"{j.duration_s:.3f}"])
 
 
+# A job id becomes part of a Slurm job name on the lab's controller: plain characters only.
+JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+MAX_TRACE_S = 366 * 24 * 3600.0  # a year: no trace replays longer
+
+
 def read(path: Path) -> list[TraceJob]:
+    """The jobs of a trace CSV, each value checked: an id of plain characters, a whole
+    number of GPUs from 1, a submission time and a duration that are finite, the first
+    from 0 and the second above 0 (a year at most each)."""
     jobs = []
     for n, r in enumerate(csv_rows(path, HEADER), start=2):
         with at_line(path, n):
-            jobs.append(TraceJob(r["job_id"], r["team"], r["class"], int(r["gpus"]),
-                                 float(r["submit_s"]), float(r["duration_s"])))
+            job = TraceJob(r["job_id"], r["team"], r["class"], int(r["gpus"]),
+                           float(r["submit_s"]), float(r["duration_s"]))
+            if not JOB_ID_RE.fullmatch(job.job_id):
+                raise ValueError(f"job_id {job.job_id[:40]!r} must be letters, digits, "
+                                 "'.', '_' and '-' (64 at most)")
+            if job.gpus < 1:
+                raise ValueError(f"gpus {job.gpus} must be 1 or more")
+            if not (0 <= job.submit_s <= MAX_TRACE_S and 0 < job.duration_s <= MAX_TRACE_S):
+                raise ValueError(f"submit_s {job.submit_s} and duration_s {job.duration_s} "
+                                 "must be seconds from 0 (above 0 for a duration), a year "
+                                 "at most")
+            jobs.append(job)
     return jobs
 
 
