@@ -217,3 +217,13 @@ def test_every_series_the_rules_and_dashboard_read_is_served() -> None:
     served = {n for n, _, _ in samples(collector())}
     served |= {re.sub(r"_(bucket|sum|count)$", "", n) for n in served}
     assert read - served == NOT_SERVED_YET
+
+
+def test_a_record_without_a_state_is_no_finished_run() -> None:
+    """Found by fuzzing the parsers: a blank state failed the whole scrape (IndexError)."""
+    finished = ex.Finished()
+    finished.add("17|nlp|training| |2026-12-01T00:59:00|2026-12-01T00:59:10|"
+                 "2026-12-01T01:00:00\n"
+                 "18|nlp|training|COMPLETED|2026-12-01T00:59:00|2026-12-01T00:59:10|"
+                 "2026-12-01T01:00:00\n")
+    assert dict(finished.counts) == {("nlp", "training", "COMPLETED"): 1}

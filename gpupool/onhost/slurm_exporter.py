@@ -207,9 +207,9 @@ class Finished:
                 continue
             jid, team, klass, state, eligible, start, end = parts
             run, ended = f"{jid}|{state}", timestamp(end)
-            if ended is None or ended < self.cursor or (
+            if not state.split() or ended is None or ended < self.cursor or (
                     ended == self.cursor and run in self.at_cursor):
-                continue
+                continue  # no state is no finished run (one odd line must not fail a scrape)
             self.counts[(team, klass, state.split()[0])] += 1
             began, ready = timestamp(start), timestamp(eligible)
             if began is not None and ready is not None:
