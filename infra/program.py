@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pulumi
@@ -28,9 +29,11 @@ def declare(desc: Description) -> None:
     networks = {r: NetworkSegments(f"{pool}-{r}", NetworkSegmentsArgs(desc, r),
                                    pulumi.ResourceOptions(providers=[providers[r]]))
                 for r in cloud.regions(desc)}
-    storage = StorageTiers(pool, StorageTiersArgs(desc, networks.get(desc.pool.cloud_region)),
-                           pulumi.ResourceOptions(
-                               providers=[providers[desc.pool.cloud_region]]))
+    home = pulumi.ResourceOptions(providers=[providers[desc.pool.cloud_region]])
+    account = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(
+        provider=providers[desc.pool.cloud_region])).account_id
+    storage = StorageTiers(pool, StorageTiersArgs(
+        desc, networks.get(desc.pool.cloud_region), account), home)
     prebuilt = _prebuilt_images(desc)
     images = {r: BurstImage(cloud.burst_image_name(desc, r),
                             BurstImageArgs(desc, r, networks[r], storage, prebuilt.get(r)),
@@ -43,9 +46,11 @@ def declare(desc: Description) -> None:
               for g, b in desc.burst_groups.items()}
     if bursts:
         munge = MungeKey(f"{pool}-munge-key", MungeKeyArgs(
-            desc, storage.key_arn, {g: b.role for g, b in bursts.items()}),
-            pulumi.ResourceOptions(providers=[providers[desc.pool.cloud_region]]))
+            desc, storage.key_arn, {g: b.role for g, b in bursts.items()}), home)
         pulumi.export("munge_key_secret", munge.secret_arn)
+        # Operators attach it to the identity the controller's resume/suspend run with.
+        pulumi.export("burst_launcher_policy",
+                      _launcher_policy(desc, account, storage, bursts, home).arn)
     cluster = ClusterServices(pool, ClusterServicesArgs(desc))
 
     pulumi.export("onprem_segments", {
@@ -67,6 +72,19 @@ def declare(desc: Description) -> None:
     pulumi.export("burst_images", {r: i.image_id for r, i in images.items()})
     pulumi.export("image_pipelines", {r: i.pipeline_arn for r, i in images.items()})
     pulumi.export("queues", cluster.queues)
+
+
+def _launcher_policy(desc: Description, account: pulumi.Output[str], storage: StorageTiers,
+                     bursts: dict[str, BurstPool],
+                     opts: pulumi.ResourceOptions) -> aws.iam.Policy:
+    """The least privilege of the controller's resume/suspend (cloud.burst_launch_policy),
+    for the node roles of every burst group."""
+    roles = [b.role.arn for _, b in sorted(bursts.items())]
+    document = pulumi.Output.all(account, storage.key_arn, *roles).apply(
+        lambda v: json.dumps(cloud.burst_launch_policy(desc, v[0], list(v[2:]), v[1])))
+    return aws.iam.Policy(f"{desc.pool.name}-burst-launcher", policy=document,
+                          tags=cloud.tags(desc), opts=opts,
+                          description=f"gpupool {desc.pool.name} burst resume/suspend")
 
 
 def _prebuilt_images(desc: Description) -> dict[str, str]:

@@ -43,7 +43,7 @@ MODULES: dict[str, tuple[str, ...]] = {
                        "role_policy_attachment"),
     "pulumi_aws.kms": ("alias", "key"),
     "pulumi_aws.s3": ("bucket", "bucket_lifecycle_configuration", "bucket_ownership_controls",
-                      "bucket_public_access_block",
+                      "bucket_policy", "bucket_public_access_block",
                       "bucket_server_side_encryption_configuration", "bucket_versioning"),
     "pulumi_aws.secretsmanager": ("secret", "secret_policy"),
     "pulumi_aws.vpc": ("security_group_egress_rule", "security_group_ingress_rule"),

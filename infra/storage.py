@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pulumi
@@ -18,12 +19,14 @@ class StorageTiersArgs:
     desc: Description
     # The VPC in the pool's cloud region, for the scratch file system; None: no VPC there.
     network: NetworkSegments | None
+    account: pulumi.Output[str]  # the AWS account id, for the key's policy
 
 
 class StorageTiers(Component):
     """A bucket per datasets/checkpoints/archive tier (private, SSE-KMS with the pool key,
-    versioned where declared, lifecycle from retention) and FSx for Lustre scratch linked
-    to the datasets bucket."""
+    versioned where declared, lifecycle from retention, a bucket policy requiring TLS),
+    the pool key with its own key policy, and FSx for Lustre scratch linked to the
+    datasets bucket."""
 
     key_arn: pulumi.Output[str]
     bucket_arns: dict[str, pulumi.Output[str]]
@@ -37,6 +40,8 @@ class StorageTiers(Component):
         tags = cloud.tags(desc)
         key = aws.kms.Key(f"{name}-key", description=f"gpupool {desc.pool.name} storage",
                           enable_key_rotation=True, deletion_window_in_days=30, tags=tags,
+                          policy=args.account.apply(
+                              lambda a: json.dumps(cloud.key_policy(desc, a))),
                           opts=self.child())
         aws.kms.Alias(f"{name}-key", name=f"alias/gpupool-{desc.pool.name}",
                       target_key_id=key.key_id, opts=self.child())
@@ -66,6 +71,9 @@ class StorageTiers(Component):
             aws.s3.BucketLifecycleConfiguration(
                 res, bucket=bucket.bucket, rules=cloud.lifecycle_rules(tier_name, tier),
                 opts=self.child())
+            aws.s3.BucketPolicy(
+                res, bucket=bucket.bucket, opts=self.child(),
+                policy=json.dumps(cloud.bucket_policy(desc, tier_name)))
             buckets.append(bucket)
             self.bucket_arns[tier_name] = bucket.arn
             self.bucket_names[tier_name] = bname
@@ -82,8 +90,7 @@ class StorageTiers(Component):
         if network is None:
             raise ValueError(f"storage tier {tier_name} is Lustre scratch but no burst group "
                              f"declares a VPC in {desc.pool.cloud_region}")
-        datasets = next((t for t, v in cloud.bucket_tiers(desc).items()
-                         if v.purpose.value == "datasets"), None)
+        datasets = cloud.lustre_import_tier(desc)
         link = ({"import_path": f"s3://{cloud.bucket_name(desc, datasets)}",
                  "auto_import_policy": "NEW_CHANGED_DELETED"} if datasets else {})
         zone_subnets = network.subnet_ids["storage"]

@@ -3,12 +3,21 @@ checkpoints and requeue, burst nodes boot the pool's pre-built image."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 from gpupool.render import cloud, image
 from gpupool.spec.model import Description, Purpose
-from policies.core import Level, Res, Stack, by_tag, resource_policy, stack_policy, tags_of
+from policies.core import (
+    Level,
+    Res,
+    Stack,
+    as_list,
+    by_tag,
+    policy_statements,
+    resource_policy,
+    stack_policy,
+    tags_of,
+)
 from policies.types import (
     AWS_ASG,
     AWS_BUCKET,
@@ -83,17 +92,10 @@ def _spot(asg: Res) -> bool:
 
 
 def _writes_checkpoints(policy: Res, bucket: str) -> bool:
-    doc = policy.props.get("policy")
-    statements = json.loads(doc).get("Statement", []) if isinstance(doc, str) else []
-    for s in statements:
-        actions = s.get("Action") or []
-        resources = s.get("Resource") or []
-        actions = [actions] if isinstance(actions, str) else actions
-        resources = [resources] if isinstance(resources, str) else resources
-        if s.get("Effect") == "Allow" and "s3:PutObject" in actions and any(
-                str(x).startswith(f"arn:aws:s3:::{bucket}/") for x in resources):
-            return True
-    return False
+    return any(s.get("Effect") == "Allow" and "s3:PutObject" in as_list(s.get("Action"))
+               and any(str(x).startswith(f"arn:aws:s3:::{bucket}/")
+                       for x in as_list(s.get("Resource")))
+               for s in policy_statements(policy.props.get("policy")))
 
 
 @stack_policy("compute-spot-needs-checkpoints", "compute", Level.MANDATORY,

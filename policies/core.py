@@ -7,6 +7,7 @@ URN, inputs with engine names) and the pool description. The CrossGuard adapter
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -108,6 +109,22 @@ def tags_of(r: Res) -> dict[str, str]:
 
 def by_tag(resources: Iterable[Res], key: str, value: str) -> list[Res]:
     return [r for r in resources if tags_of(r).get(key) == value]
+
+
+def as_list(value: Any) -> list[Any]:
+    """An IAM element that may be one value or a list of them, as a list."""
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def policy_statements(document: Any) -> list[Mapping[str, Any]]:
+    """The statements of a policy input: a JSON string or an already parsed document."""
+    if isinstance(document, str):
+        document = json.loads(document)
+    if not isinstance(document, Mapping):
+        return []
+    return [s for s in as_list(document.get("Statement")) if isinstance(s, Mapping)]
 
 
 def walk(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:

@@ -1,14 +1,26 @@
-"""Storage: encryption at rest, no public access, versioned checkpoints, retention."""
+"""Storage: encryption at rest, no public access, TLS only, versioned checkpoints,
+retention."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from fnmatch import fnmatchcase
+from typing import Any
 
 from gpupool.render import cloud
 from gpupool.spec.model import Description, Purpose
-from policies.core import Level, Res, Stack, resource_policy, stack_policy
+from policies.core import (
+    Level,
+    Res,
+    Stack,
+    as_list,
+    policy_statements,
+    resource_policy,
+    stack_policy,
+)
 from policies.types import (
     AWS_BUCKET,
+    AWS_BUCKET_POLICY,
     AWS_LIFECYCLE,
     AWS_PUBLIC_BLOCK,
     AWS_SSE,
@@ -53,18 +65,57 @@ def _for_bucket(stack: Stack, type_: str, bucket: str) -> list[Res]:
     return [r for r in stack.of_type(type_) if r.props.get("bucket") == bucket]
 
 
+def _named_buckets(stack: Stack) -> list[tuple[Res, str]]:
+    """The buckets with an explicit name, which their guards are matched by
+    (storage-bucket-guards reports the others)."""
+    return [(b, b.props["bucket"]) for b in stack.of_type(AWS_BUCKET) if b.props.get("bucket")]
+
+
 @stack_policy("storage-bucket-guards", "storage", Level.MANDATORY,
               "Every bucket has a public access block, default encryption and a lifecycle.")
 def bucket_guards(stack: Stack, desc: Description) -> Iterator[tuple[str | None, str]]:
     for b in stack.of_type(AWS_BUCKET):
-        name = b.props.get("bucket")
-        if not name:
+        if not b.props.get("bucket"):
             yield b.urn, "bucket has no explicit name, so its guards cannot be matched to it"
-            continue
+    for b, name in _named_buckets(stack):
         for type_, what in ((AWS_PUBLIC_BLOCK, "public access block"),
                             (AWS_SSE, "default encryption"), (AWS_LIFECYCLE, "lifecycle rules")):
             if not _for_bucket(stack, type_, name):
                 yield b.urn, f"bucket {name} has no {what}"
+
+
+def _everyone(principal: Any) -> bool:
+    if isinstance(principal, Mapping):
+        return as_list(principal.get("AWS")) == ["*"]
+    return principal == "*"
+
+
+def _denies_plain_http(statement: Mapping[str, Any], bucket: str) -> bool:
+    """Whether a statement refuses every request to the bucket and its objects that does
+    not come over TLS, whoever makes it (any other condition would narrow it)."""
+    condition = statement.get("Condition") or {}
+    if set(condition) - {"Bool", "BoolIfExists"} or any(
+            set(keys) != {"aws:SecureTransport"} for keys in condition.values()):
+        return False
+    insecure = [v for keys in condition.values() for v in as_list(keys["aws:SecureTransport"])]
+    resources = [str(r) for r in as_list(statement.get("Resource"))]
+    arn = f"arn:aws:s3:::{bucket}"
+    return (statement.get("Effect") == "Deny" and _everyone(statement.get("Principal"))
+            and any(a in ("*", "s3:*") for a in as_list(statement.get("Action")))
+            and all(any(fnmatchcase(target, r) for r in resources)
+                    for target in (arn, f"{arn}/*"))
+            and any(str(v).lower() == "false" for v in insecure))
+
+
+@stack_policy("storage-bucket-tls-only", "storage", Level.MANDATORY,
+              "Every bucket has a bucket policy that denies requests without TLS.")
+def tls_only(stack: Stack, desc: Description) -> Iterator[tuple[str | None, str]]:
+    for b, name in _named_buckets(stack):
+        if not any(_denies_plain_http(s, name)
+                   for p in _for_bucket(stack, AWS_BUCKET_POLICY, name)
+                   for s in policy_statements(p.props.get("policy"))):
+            yield b.urn, (f"bucket {name} has no bucket policy denying requests without TLS "
+                          "(aws:SecureTransport false)")
 
 
 @stack_policy("storage-checkpoints-versioned", "storage", Level.MANDATORY,

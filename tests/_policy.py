@@ -43,6 +43,11 @@ def drop(stack: Stack, type_suffix: str, name: str) -> Stack:
     return replace(stack, resources=kept)
 
 
+def add(stack: Stack, *resources: Res) -> Stack:
+    """A copy of stack that also declares resources (which the program never does)."""
+    return replace(stack, resources=[*stack.resources, *resources])
+
+
 def violations(stack: Stack, desc: Description | str) -> list[Violation]:
     if isinstance(desc, str):
         desc = loader.load_stack(desc, ROOT)

@@ -10,11 +10,14 @@ from typing import Any
 import pytest
 
 from gpupool.render import cloud
+from gpupool.render.k8s_objects import POD_SECURITY_PREFIX, RBAC_API, ROLE_RULES
 from gpupool.spec import loader
 from policies import offline
 from policies.catalog import GROUPS, POLICIES
-from policies.core import Level, Stack
-from tests._policy import drop, edit, messages, recorded, violations
+from policies.cluster import reads_secrets
+from policies.core import Level, Res, Stack
+from policies.types import K8S_CLUSTER_ROLE_BINDING, K8S_ROLE
+from tests._policy import add, drop, edit, messages, recorded, violations
 from tests._pulumi import declared_mutated
 from tests.conftest import ROOT
 
@@ -45,6 +48,12 @@ def _sse_aes(p: dict[str, Any]) -> None:
     p["rules"][0]["applyServerSideEncryptionByDefault"] = {"sseAlgorithm": "AES256"}
 
 
+def _no_tls_deny(p: dict[str, Any]) -> None:
+    doc = json.loads(p["policy"])
+    doc["Statement"] = [s for s in doc["Statement"] if s["Sid"] != "DenyWithoutTLS"]
+    p["policy"] = json.dumps(doc)
+
+
 def _no_checkpoint_writes(p: dict[str, Any]) -> None:
     doc = json.loads(p["policy"])
     doc["Statement"] = [s for s in doc["Statement"] if "Checkpoints" not in s["Sid"]]
@@ -53,6 +62,16 @@ def _no_checkpoint_writes(p: dict[str, Any]) -> None:
 
 def _cq_nominal(p: dict[str, Any]) -> None:
     p["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = 999
+
+
+def _subject(kind: str, name: str, namespace: str | None = None) -> dict[str, str]:
+    if kind == "ServiceAccount":
+        return {"kind": kind, "name": name, "namespace": namespace or ""}
+    return {"kind": kind, "apiGroup": RBAC_API, "name": name}
+
+
+def _also_bind(*subjects: dict[str, str]) -> Callable[[dict[str, Any]], None]:
+    return lambda p: p["subjects"].extend(subjects)
 
 
 def _lifecycle(change: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
@@ -79,6 +98,9 @@ CASES: list[tuple[str, str, Callable[[Stack], Stack], str]] = [
      lambda s: edit(s, ":BucketLifecycleConfiguration", "lab-archive",
                     _lifecycle(lambda r: r.pop("abortIncompleteMultipartUpload"))),
      "keeps incomplete multipart uploads forever"),
+    ("storage-bucket-tls-only", "lab",
+     lambda s: edit(s, ":BucketPolicy", "lab-archive", _no_tls_deny),
+     "bucket lab-archive-eu-west-1 has no bucket policy denying requests without TLS"),
     ("network-no-open-ingress", "lab",
      lambda s: edit(s, ":SecurityGroupIngressRule", _ssh_rule(), _set_ingress("0.0.0.0/0")),
      "ingress from 0.0.0.0/0 (the whole internet) to port 22"),
@@ -127,6 +149,15 @@ CASES: list[tuple[str, str, Callable[[Stack], Stack], str]] = [
     ("cluster-namespace-guards", "lab",
      lambda s: drop(s, "v1:LimitRange", "limitrange-nlp-defaults"),
      "team namespace nlp has no LimitRange"),
+    ("cluster-pod-security-restricted", "lab",
+     lambda s: edit(s, "v1:Namespace", "namespace-nlp", lambda p: p["metadata"]["labels"].update(
+         {POD_SECURITY_PREFIX + "enforce": "baseline"})),
+     "team namespace nlp: pod-security.kubernetes.io/enforce is baseline, not restricted"),
+    ("cluster-secrets-stay-in-namespace", "lab",
+     lambda s: edit(s, ":RoleBinding", "rolebinding-vision-admin",
+                    _also_bind(_subject("User", "erin"))),
+     "RoleBinding vision/admin lets User erin, not of namespace vision, read its Secrets "
+     "(ClusterRole admin)"),
     ("cluster-quota-within-capacity", "lab",
      lambda s: edit(s, ":ClusterQueue", "clusterqueue-vision", _cq_nominal),
      "flavor l4-on-prem: nominal quotas add up to"),
@@ -174,6 +205,68 @@ def test_unversioned_checkpoints_from_the_description() -> None:
     assert messages(found, "storage-checkpoints-versioned") == [
         "checkpoints bucket lab-checkpoints-eu-west-1 is not versioned: an overwritten or "
         "deleted checkpoint cannot be recovered"]
+
+
+def test_pod_security_labels_missing_or_unpinned() -> None:
+    def strip(p: dict[str, Any]) -> None:
+        labels = p["metadata"]["labels"]
+        del labels[POD_SECURITY_PREFIX + "audit"]
+        labels[POD_SECURITY_PREFIX + "enforce-version"] = "latest"
+
+    s = edit(recorded("lab"), "v1:Namespace", "namespace-vision", strip)
+    assert messages(violations(s, "lab"), "cluster-pod-security-restricted") == [
+        "team namespace vision: pod-security.kubernetes.io/audit is unset, not restricted",
+        "team namespace vision: pod-security.kubernetes.io/enforce-version is latest, not "
+        "v1.33"]
+
+
+def test_no_team_role_reads_secrets() -> None:
+    assert not any(reads_secrets(rules) for rules in ROLE_RULES.values())
+    assert reads_secrets([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["list"]}])
+    assert not reads_secrets([{"apiGroups": [""], "resources": ["secrets"],
+                               "verbs": ["create", "delete"]}])
+
+
+def _cluster_binding(role: str, *subjects: dict[str, str]) -> Res:
+    return Res(K8S_CLUSTER_ROLE_BINDING, f"clusterrolebinding-{role}", f"urn:crb:{role}",
+               {"metadata": {"name": role},
+                "roleRef": {"apiGroup": RBAC_API, "kind": "ClusterRole", "name": role},
+                "subjects": list(subjects)})
+
+
+def test_cluster_wide_bindings_of_team_subjects_or_secret_readers() -> None:
+    s = add(recorded("lab"),
+            _cluster_binding("view", _subject("User", "frank"),
+                             _subject("ServiceAccount", "default", "nlp"),
+                             _subject("Group", "ops")),
+            _cluster_binding("edit", _subject("Group", "ops"),
+                             _subject("ServiceAccount", "kueue", "kueue-system")))
+    assert messages(violations(s, "lab"), "cluster-secrets-stay-in-namespace") == [
+        "ClusterRoleBinding edit lets Group ops read Secrets in every namespace "
+        "(ClusterRole edit)",
+        "ClusterRoleBinding edit lets ServiceAccount kueue-system/kueue read Secrets in "
+        "every namespace (ClusterRole edit)",
+        "ClusterRoleBinding view binds ServiceAccount nlp/default of a team cluster-wide; "
+        "bind team roles in the team's namespace",
+        "ClusterRoleBinding view binds User frank of a team cluster-wide; bind team roles "
+        "in the team's namespace"]
+
+
+def test_a_team_role_reading_secrets_is_bound_only_in_its_namespace() -> None:
+    def read_secrets(p: dict[str, Any]) -> None:
+        p["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})
+
+    base = edit(recorded("lab"), "v1:Role", "role-nlp-researcher", read_secrets)
+    assert [r.type for r in base.resources if r.name == "role-nlp-researcher"] == [K8S_ROLE]
+    assert messages(violations(base, "lab"), "cluster-secrets-stay-in-namespace") == []
+    s = edit(base, ":RoleBinding", "rolebinding-nlp-researcher",
+             _also_bind(_subject("User", "alice"), _subject("Group", "nlp"),
+                        _subject("ServiceAccount", "default", "vision"),
+                        _subject("ServiceAccount", "default", "nlp")))
+    assert messages(violations(s, "lab"), "cluster-secrets-stay-in-namespace") == [
+        f"RoleBinding nlp/researcher lets {who}, not of namespace nlp, read its Secrets "
+        "(Role researcher)"
+        for who in ("Group nlp", "ServiceAccount vision/default", "User alice")]
 
 
 def _lab_with(path: tuple[str, ...], value: Any) -> dict[str, Any]:

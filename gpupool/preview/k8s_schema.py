@@ -17,8 +17,8 @@ import kubernetes_validate
 import yaml
 
 from gpupool.paths import DATA
+from gpupool.render.k8s_objects import KUBERNETES_VERSION
 
-KUBERNETES_VERSION = "1.33"
 KUEUE_VERSION = "v0.19.2"
 SCHEMAS = DATA / "schemas"
 KUEUE_GROUP = "kueue.x-k8s.io"

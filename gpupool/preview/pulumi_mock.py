@@ -26,6 +26,8 @@ from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 PROJECT = "gpupool"
 MOCK_AMI = "ami-0123456789abcdef0"
 GET_AMI = "aws:ec2/getAmi:getAmi"  # the AMI lookup's invoke token
+MOCK_ACCOUNT = "123456789012"  # the account the mocks answer as (AWS's documentation one)
+GET_CALLER_IDENTITY = "aws:index/getCallerIdentity:getCallerIdentity"
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,9 @@ class _Mocks(pulumi.runtime.Mocks):
         self.run.invokes.append(Invoked(args.token, plain(dict(args.args))))
         if args.token == GET_AMI:
             return {"id": MOCK_AMI, "imageId": MOCK_AMI, "name": "mock"}, []
+        if args.token == GET_CALLER_IDENTITY:
+            return {"id": MOCK_ACCOUNT, "accountId": MOCK_ACCOUNT, "userId": "mock",
+                    "arn": f"arn:aws:iam::{MOCK_ACCOUNT}:user/mock"}, []
         return {}, []
 
 

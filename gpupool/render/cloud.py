@@ -293,6 +293,82 @@ def scratch_tier(desc: Description) -> tuple[str, StorageTier] | None:
     return None
 
 
+def lustre_import_tier(desc: Description) -> str | None:
+    """The bucket tier the Lustre scratch file system imports from: the datasets tier,
+    when the description declares both."""
+    if scratch_tier(desc) is None:
+        return None
+    return next((t for t, v in bucket_tiers(desc).items() if v.purpose is Purpose.DATASETS),
+                None)
+
+
+def bucket_arn(desc: Description, tier: str) -> str:
+    return f"arn:aws:s3:::{bucket_name(desc, tier)}"
+
+
+def bucket_policy(desc: Description, tier: str) -> dict[str, Any]:
+    """A pool bucket's own policy: nothing without TLS, to the bucket or its objects,
+    whoever asks. Objects are not fenced to the pool's network: on-prem nodes restore
+    checkpoints from the archive tier and operators upload the burst image's artifact
+    from addresses the description does not declare (the admin ranges are private)."""
+    arn = bucket_arn(desc, tier)
+    return {"Version": "2012-10-17", "Statement": [
+        {"Sid": "DenyWithoutTLS", "Effect": "Deny", "Principal": "*", "Action": "s3:*",
+         "Resource": [arn, f"{arn}/*"],
+         "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]}
+
+
+# The role FSx for Lustre reads and writes a linked bucket with: a service-linked role per
+# file system, named by FSx (its id is the suffix), so only a pattern can name it.
+FSX_S3_ROLE = ("role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/"
+               "AWSServiceRoleForFSxS3Access_*")
+
+
+def fsx_s3_role(account: str) -> str:
+    return f"arn:aws:iam::{account}:{FSX_S3_ROLE}"
+
+
+# The services the pool key is used through, in the pool's cloud region: S3 (the buckets'
+# SSE-KMS and bucket keys), Secrets Manager (the munge key), EC2 (burst root volumes).
+KEY_SERVICES = ("s3", "secretsmanager", "ec2")
+KEY_CRYPTO_ACTIONS = ["kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*"]
+
+
+def via_service(service: str, region: str) -> str:
+    return f"{service}.{region}.amazonaws.com"
+
+
+def key_policy(desc: Description, account: str) -> dict[str, Any]:
+    """The pool key's own policy. The account administers it, and IAM policies in the
+    account decide who uses it (the node roles through S3, node_policy; the munge key's
+    readers through Secrets Manager, munge_read_policy); nobody, whatever IAM grants,
+    encrypts or decrypts with it but through the pool's services. AWS services acting
+    with their own principals (EBS on a volume's grant) are not caught by that deny:
+    they are the services."""
+    region = desc.pool.cloud_region
+    statements: list[dict[str, Any]] = [
+        # Without it the key could not be managed at all (KMS refuses such a policy).
+        {"Sid": "AccountAdministers", "Effect": "Allow",
+         "Principal": {"AWS": f"arn:aws:iam::{account}:root"}, "Action": "kms:*",
+         "Resource": "*"},
+        {"Sid": "UseOnlyThroughPoolServices", "Effect": "Deny", "Principal": "*",
+         "Action": KEY_CRYPTO_ACTIONS, "Resource": "*", "Condition": {
+             "StringNotEquals": {"kms:ViaService": [via_service(s, region)
+                                                    for s in KEY_SERVICES]},
+             "Bool": {"aws:PrincipalIsAWSService": "false"}}}]
+    if lustre_import_tier(desc) is not None:
+        # FSx's service-linked role takes no IAM policy of ours: the key policy itself must
+        # let it read (and export to) the SSE-KMS bucket it is linked to, through S3 only.
+        statements.append(
+            {"Sid": "LustreThroughS3", "Effect": "Allow", "Principal": {"AWS": "*"},
+             "Action": [*KEY_CRYPTO_ACTIONS, "kms:DescribeKey"], "Resource": "*",
+             "Condition": {
+                 "StringEquals": {"kms:ViaService": via_service("s3", region),
+                                  "kms:CallerAccount": account},
+                 "ArnLike": {"aws:PrincipalArn": fsx_s3_role(account)}}})
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
 def fsx_capacity_gib(size_tib: float) -> int:
     gib = size_tib * 1024
     if gib <= FSX_MIN_GIB:
@@ -321,13 +397,16 @@ def group_teams(desc: Description, group: BurstGroup) -> list[str]:
 def node_policy(desc: Description, group: BurstGroup, datasets_arn: str,
                 checkpoints_arn: str | None, key_arn: str) -> dict[str, Any]:
     """Least privilege for a burst node: read datasets, read/write its teams' checkpoint
-    prefixes, use the pool key for those objects."""
+    prefixes, use the pool key for those objects (through S3 only: the buckets live in
+    the pool's cloud region, whichever region the node is in)."""
     statements: list[dict[str, Any]] = [
         {"Sid": "ReadDatasets", "Effect": "Allow",
          "Action": ["s3:GetObject", "s3:ListBucket"],
          "Resource": [datasets_arn, f"{datasets_arn}/*"]},
         {"Sid": "UsePoolKey", "Effect": "Allow",
-         "Action": ["kms:Decrypt", "kms:GenerateDataKey"], "Resource": [key_arn]},
+         "Action": ["kms:Decrypt", "kms:GenerateDataKey"], "Resource": [key_arn],
+         "Condition": {"StringEquals": {
+             "kms:ViaService": via_service("s3", desc.pool.cloud_region)}}},
     ]
     if checkpoints_arn is not None:
         prefixes = [f"{t}/*" for t in group_teams(desc, group)]
@@ -419,6 +498,73 @@ def munge_secret_policy(role_arns: list[str]) -> dict[str, Any]:
         {"Sid": "OnlyBurstNodesRead", "Effect": "Deny", "Principal": "*",
          "Action": ["secretsmanager:GetSecretValue"], "Resource": "*",
          "Condition": {"ArnNotEquals": {"aws:PrincipalArn": sorted(role_arns)}}}]}
+
+
+def _ec2_arns(desc: Description, account: str, kind: str) -> list[str]:
+    """kind/* in every burst region of the account."""
+    return [f"arn:aws:ec2:{r}:{account}:{kind}/*" for r in regions(desc)]
+
+
+def burst_launch_policy(desc: Description, account: str, role_arns: list[str],
+                        key_arn: str) -> dict[str, Any]:
+    """What the controller's resume and suspend programs (gpupool/onhost/burst.py) may do,
+    whatever identity the controller runs them with: launch only from the pool's launch
+    templates (tagged with the pool) into the pool's subnets and groups, an instance that
+    carries the pool tag from launch; pass only the burst node roles; terminate only
+    instances tagged with this pool and a Slurm node name, the two tags suspend matches.
+    EC2 Fleet launches with the caller's RunInstances permission, so RunInstances is where
+    a fleet is fenced; EC2's Describe calls take no resource, so they are not."""
+    pool = desc.pool.name
+    own = {f"ec2:ResourceTag/{TAG_POOL}": pool}
+    from_template = {"ArnLike": {"ec2:LaunchTemplate": _ec2_arns(desc, account,
+                                                                 "launch-template")}}
+    instances = _ec2_arns(desc, account, "instance")
+    parts = [*instances, *_ec2_arns(desc, account, "volume"),
+             *_ec2_arns(desc, account, "network-interface")]
+    statements: list[dict[str, Any]] = [
+        {"Sid": "Describe", "Effect": "Allow",
+         "Action": ["ec2:DescribeInstances", "ec2:DescribeSubnets"], "Resource": "*"},
+        {"Sid": "CreateInstantFleets", "Effect": "Allow", "Action": ["ec2:CreateFleet"],
+         "Resource": "*"},
+        {"Sid": "LaunchFromPoolTemplates", "Effect": "Allow", "Action": ["ec2:RunInstances"],
+         "Resource": _ec2_arns(desc, account, "launch-template"),
+         "Condition": {"StringEquals": own}},
+        {"Sid": "LaunchIntoPoolNetwork", "Effect": "Allow", "Action": ["ec2:RunInstances"],
+         "Resource": [*_ec2_arns(desc, account, "subnet"),
+                      *_ec2_arns(desc, account, "security-group"),
+                      *_ec2_arns(desc, account, "placement-group")],
+         "Condition": {"StringEquals": own}},
+        {"Sid": "LaunchPoolInstances", "Effect": "Allow", "Action": ["ec2:RunInstances"],
+         "Resource": instances,
+         "Condition": {"StringEquals": {f"aws:RequestTag/{TAG_POOL}": pool}, **from_template}},
+        # Their volumes, interfaces and image come from the template, so only from one.
+        {"Sid": "LaunchTemplateParts", "Effect": "Allow", "Action": ["ec2:RunInstances"],
+         "Resource": [*_ec2_arns(desc, account, "volume"),
+                      *_ec2_arns(desc, account, "network-interface"),
+                      *(f"arn:aws:ec2:{r}::image/*" for r in regions(desc))],
+         "Condition": from_template},
+        {"Sid": "TagAtLaunchOnly", "Effect": "Allow", "Action": ["ec2:CreateTags"],
+         "Resource": parts,
+         "Condition": {"StringEquals": {"ec2:CreateAction": ["CreateFleet", "RunInstances"]}}},
+        {"Sid": "PassNodeRoles", "Effect": "Allow", "Action": ["iam:PassRole"],
+         "Resource": sorted(role_arns),
+         "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}},
+        {"Sid": "TerminatePoolNodes", "Effect": "Allow", "Action": ["ec2:TerminateInstances"],
+         "Resource": instances, "Condition": {
+             "StringEquals": own, "Null": {f"ec2:ResourceTag/{TAG_SLURM_NODE}": "false"}}},
+    ]
+    if any(g.region == desc.pool.cloud_region for g in desc.burst_groups.values()):
+        # Those groups' root volumes are encrypted with the pool key (infra/burst.py): EC2
+        # uses it on the launcher's behalf, and grants it to EBS for the volume.
+        statements.append(
+            {"Sid": "EncryptRootVolumes", "Effect": "Allow",
+             "Action": ["kms:CreateGrant", "kms:Decrypt", "kms:DescribeKey",
+                        "kms:GenerateDataKeyWithoutPlaintext", "kms:ReEncrypt*"],
+             "Resource": [key_arn], "Condition": {
+                 "StringEquals": {"kms:ViaService": via_service("ec2",
+                                                                desc.pool.cloud_region)},
+                 "BoolIfExists": {"kms:GrantIsForAWSResource": "true"}}})
+    return {"Version": "2012-10-17", "Statement": statements}
 
 
 def _join_slurm(desc: Description, group: BurstGroup) -> list[str]:

@@ -18,6 +18,9 @@ from gpupool.spec.catalog import INSTANCE_TYPES
 from gpupool.spec.facts import CAPACITY_TYPES, gpu_capacity, preemption_kueue_expressible
 from gpupool.spec.model import Description, NodeRole
 
+# The Kubernetes minor the objects are written for; gpupool.preview.k8s_schema validates
+# them against this version's API schemas.
+KUBERNETES_VERSION = "1.33"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 GPU_RESOURCE = "nvidia.com/gpu"
 RBAC_API = "rbac.authorization.k8s.io"
@@ -54,6 +57,19 @@ ROLE_RULES: dict[str, list[dict[str, Any]]] = {
     ],
 }
 ADMIN_CLUSTER_ROLE = "admin"  # the built-in namespace admin role, for declared admins
+
+# Pod Security Admission (built into the API server) reads these namespace labels. Enforce
+# checks only pods, so a Job whose pods break the level is admitted and its pods refused;
+# audit and warn also check the Job's pod template, so the submitter hears it at once.
+# Each mode's -version pins what the level means: a cluster upgrade changes no check
+# unreviewed.
+POD_SECURITY_PREFIX = "pod-security.kubernetes.io/"
+POD_SECURITY_LEVEL = "restricted"
+POD_SECURITY_MODES = ("enforce", "audit", "warn")
+POD_SECURITY_LABELS: dict[str, str] = {
+    key: value for mode in POD_SECURITY_MODES for key, value in (
+        (POD_SECURITY_PREFIX + mode, POD_SECURITY_LEVEL),
+        (f"{POD_SECURITY_PREFIX}{mode}-version", f"v{KUBERNETES_VERSION}"))}
 
 
 def _meta(desc: Description, name: str, team: str | None = None,
@@ -189,6 +205,7 @@ def team_objects(desc: Description, team: str,
     max_gpus = max(gpus_per_node(desc, m) for m in t.quota)
     per_model = ",".join(f"{m}={n}+{t.borrowing_limit.get(m, 0)}" for m, n in t.quota.items())
     ns_meta = _meta(desc, team, team)
+    ns_meta["labels"] |= POD_SECURITY_LABELS
     out: list[Manifest] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": ns_meta},
         {"apiVersion": "v1", "kind": "ResourceQuota",
