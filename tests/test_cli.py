@@ -92,6 +92,11 @@ def test_policy_list_names_every_policy(capsys: pytest.CaptureFixture[str]) -> N
     listed = json.loads(capsys.readouterr().out)
     assert sorted(p["name"] for p in listed) == sorted(POLICIES)
     assert all(p["level"] in ("mandatory", "advisory") and p["description"] for p in listed)
+    # Read by a person at 80 columns: every name whole on its own line.
+    assert cli.main(["policy", "--list"]) == cli.EXIT_OK
+    lines = capsys.readouterr().out.splitlines()
+    assert all(any(line.split()[-1:] == [name] for line in lines) for name in POLICIES)
+    assert max(len(line.rstrip()) for line in lines) <= 80
 
 
 def test_every_option_is_documented_with_its_default() -> None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
-from gpupool.cli.output import EXIT_INVALID, EXIT_OK, emit_json, err, out, table
+from rich.padding import Padding
+from rich.text import Text
+
+from gpupool.cli.output import EXIT_INVALID, EXIT_OK, emit_json, err, out
 from gpupool.cli.registry import command
 from gpupool.preview import plan
 from gpupool.spec.model import Description
@@ -38,10 +41,15 @@ def list_pack(as_json: bool) -> int:
     if as_json:
         emit_json([{"name": p.name, "group": p.group, "level": p.level.value,
                     "description": p.description} for p in rows])
-    else:
-        out.print(table(f"Policy pack: {len(rows)} policies",
-                        ["policy", "group", "level", "checks"],
-                        [[p.name, p.group, p.level.value, p.description] for p in rows], None))
+        return EXIT_OK
+    # Not a table: a sentence per policy does not fit a column at 80 characters. Each
+    # group under its name, each policy on its own line, what it checks wrapped below it.
+    out.print(f"Policy pack: {len(rows)} policies (M mandatory, A advisory)")
+    for group in dict.fromkeys(p.group for p in rows):
+        out.print(f"\n[bold]{group}[/]")
+        for p in (p for p in rows if p.group == group):
+            out.print(f"  {p.level.value[0].upper()} [bold]{p.name}[/]")
+            out.print(Padding(Text(p.description), (0, 0, 0, 6)))
     return EXIT_OK
 
 
