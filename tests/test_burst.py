@@ -599,3 +599,39 @@ def test_the_program_reads_the_records_first(config, capacity_proxy, monkeypatch
     assert burst.live_instances(ec2_of(config), group["nodes"]) == {}
     assert ran == [burst.SINFO_REASONS,
                    ["scontrol", "update", "nodename=l4-burst-0", "state=undrain"]]
+    # A node its boot gate drained is drained again once it is powered down.
+    sinfo = reason_line("l4-burst-1", "drained", "gpupool gate failed: system.sshd_hardened",
+                        time.time())
+    ran.clear()
+    assert burst.main(["suspend", "l4-burst-1", "--config", str(cfg)]) == 0
+    assert ran == [burst.SINFO_REASONS, burst.redrain_argv(
+        "l4-burst-1", "gpupool gate failed: system.sshd_hardened",
+        config["suspend_timeout_s"] + burst.REDRAIN_MARGIN_S)]
+
+
+def test_a_gate_failure_is_drained_again_after_the_power_down():
+    """idle_on_node_suspend lifts every drain as the node powers down; the suspend program
+    sets a gate's drain again after SuspendTimeout, by a transient timer, with the reason
+    only where its characters are plain, and never for another reason or node. Read by
+    the reason whatever the state (l4-burst-2: its drain already lifted)."""
+    now = time.time()
+    text = "\n".join([
+        reason_line("l4-burst-0", "drained", "gpupool gate failed: system.sshd_hardened, "
+                    "software.locked_version_held[nvidia_driver]", now),
+        reason_line("l4-burst-1", "drained", "gpupool gate could not run: $(reboot) %n", now),
+        reason_line("l4-burst-2", "idle", "gpupool gate failed: gpu.gpu_count", now),
+        reason_line("l4-burst-3", "drained", "operator: bad fan", now),
+        reason_line("x;id", "drained", "gpupool gate failed: gpu.gpu_count", now)])
+    failures = burst.gate_failures(text)
+    assert failures == {
+        "l4-burst-0": "gpupool gate failed: system.sshd_hardened, "
+                      "software.locked_version_held[nvidia_driver]",
+        "l4-burst-1": burst.GATE_FAILED_PLAIN,
+        "l4-burst-2": "gpupool gate failed: gpu.gpu_count"}
+    started: list[list[str]] = []
+    held = burst.hold_gate_drains(failures, ["l4-burst-1", "l4-burst-3"], 30, started.append)
+    assert held == ["l4-burst-1"]
+    assert started == [["systemd-run", "--unit=gpupool-burst-redrain-l4-burst-1",
+                        "--on-active=60s", "--timer-property=AccuracySec=1s", "--collect",
+                        "--quiet", "--", "scontrol", "update", "nodename=l4-burst-1",
+                        "state=drain", f"reason={burst.GATE_FAILED_PLAIN}"]]

@@ -87,6 +87,10 @@ COMMAND_TIMEOUT_S = 30
 # A launched instance is known to DescribeInstances within seconds (eventual consistency).
 DESCRIBE_TRIES, DESCRIBE_PAUSE_S = 5, 2.0
 RELEASE_UNIT = "gpupool-burst-release-{node}"
+REDRAIN_UNIT = "gpupool-burst-redrain-{node}"
+# After SuspendTimeout: by then Slurm has finished powering the node down, and with it
+# cleared its drain (idle_on_node_suspend); the drain set after that stays.
+REDRAIN_MARGIN_S = 30
 
 # What EC2 and Slurm accept, so nothing from the configuration or the hostlist can carry
 # a separator, an option or a shell word into a request, a tag or a command line.
@@ -120,6 +124,12 @@ SPOT_AVOID_S = 3600
 # while the reason itself stays on the node.
 SINFO_REASONS = ["sinfo", "--noheader", "--Node", "--format=%N|%H|%T|%E"]
 REASON_TIME = "%Y-%m-%dT%H:%M:%S"
+# The reason a burst node that failed its boot gate drains itself with (gpupool/gate/
+# boot.py through the user-data): carried over the power-down as it is where its
+# characters are plain, else as GATE_FAILED_PLAIN.
+GATE_REASON = re.compile(
+    r"gpupool gate (failed|could not run): [A-Za-z0-9 _.,:;()/=+?'\[\]-]{0,180}")
+GATE_FAILED_PLAIN = "gpupool gate failed (reason not kept: see the boot's log)"
 # More lines than this is not the pool's sinfo (a node appears once per partition).
 MAX_SINFO_LINES = 100000
 
@@ -507,6 +517,53 @@ def clear_spot_drains(records: Iterable[SpotRecord], nodes: list[str],
     return cleared
 
 
+def gate_failures(text: str) -> dict[str, str]:
+    """Node -> the reason of each node in SINFO_REASONS' output that its boot gate drained
+    (GATE_REASON; a reason in other characters is replaced by GATE_FAILED_PLAIN). By the
+    reason, whatever the state: the node powers itself down before it drains, so the drain
+    flag may be gone (idle_on_node_suspend) or not yet there; on-call's resume clears it."""
+    found: dict[str, str] = {}
+    for line in text.splitlines()[:MAX_SINFO_LINES]:
+        fields = [f.strip() for f in line.split("|", 3)]
+        if len(fields) != 4 or not fields[3].startswith("gpupool gate "):
+            continue
+        node, _, _, reason = fields
+        if NODE_NAME.fullmatch(node):
+            found[node] = reason if GATE_REASON.fullmatch(reason) else GATE_FAILED_PLAIN
+    return found
+
+
+def redrain_argv(node: str, reason: str, delay_s: int) -> list[str]:
+    """A transient systemd timer that drains node again with reason after delay_s: it
+    outlives the suspend program, as the capacity blackout's release timer does."""
+    return ["systemd-run", f"--unit={REDRAIN_UNIT.format(node=check_node(node))}",
+            f"--on-active={int(delay_s)}s", "--timer-property=AccuracySec=1s", "--collect",
+            "--quiet", "--", "scontrol", "update", f"nodename={node}", "state=drain",
+            f"reason={reason}"]
+
+
+def _start(argv: list[str]) -> None:
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
+                         check=False)
+    if out.returncode:
+        log.warning("%s not started: %s", argv[1], out.stderr.strip())
+
+
+def hold_gate_drains(failures: dict[str, str], nodes: list[str], suspend_timeout_s: int,
+                     start: Callable[[list[str]], None] = _start) -> list[str]:
+    """Keep a node that failed its boot gate drained once it is powered down: Slurm lifts
+    the drain as the power-down completes (idle_on_node_suspend, which lets a node that
+    failed for a passing reason be resumed), so the drain is set again after
+    SuspendTimeout. Without it the next pending job would boot the same broken image."""
+    held = []
+    for node in nodes:
+        if node in failures:
+            start(redrain_argv(node, failures[node], suspend_timeout_s + REDRAIN_MARGIN_S))
+            log.info("%s: drained again after its power-down: %s", node, failures[node])
+            held.append(node)
+    return held
+
+
 def client(config: dict[str, Any], nodes: list[str]) -> PoolEC2:
     regions = {group_of(config, n)[1]["region"] for n in nodes}
     if len(regions) != 1:
@@ -535,7 +592,8 @@ def main(argv: list[str] | None = None) -> int:
         by_region.setdefault(group_of(config, n)[1]["region"], []).append(n)
     # Read before anything is cleared or launched: the records steer resume, and suspend
     # lifts only a drain whose reason it has just read as a spot record.
-    records = spot_records(sinfo_reasons())
+    reasons = sinfo_reasons()
+    records = spot_records(reasons)
     avoid = recently_interrupted(records, time.time())
     if avoid:
         log.info("recent spot interruptions: %s", sorted(avoid))
@@ -546,6 +604,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             suspend(ec2, region_nodes)
             clear_spot_drains(records, region_nodes)
+            hold_gate_drains(gate_failures(reasons), region_nodes,
+                             int(config["suspend_timeout_s"]))
     return 0
 
 

@@ -441,7 +441,10 @@ def accounting(desc: Description) -> dict[str, Any]:
 def burst_config(desc: Description) -> dict[str, Any]:
     """What the resume/suspend programs need, per burst group (see gpupool.onhost.burst)."""
     return {"resume_program": RESUME_PROGRAM, "suspend_program": SUSPEND_PROGRAM,
-            "config": BURST_CONFIG, "pool": desc.pool.name, "groups": {
+            "config": BURST_CONFIG, "pool": desc.pool.name,
+            # slurm.conf's: the suspend program drains a gate's failure again after it.
+            "suspend_timeout_s": int(TUNING[desc.pool.environment]["SuspendTimeout"]),
+            "groups": {
         name: {"region": g.region, "nodes": burst_node_names(name, g.max_nodes),
                "instance_types": list(g.instance_types),
                # The name infra/program.py gives the group's BurstPool and launch template.

@@ -381,7 +381,8 @@ class AwsLab:
                           ) -> None:
         """slurmctld's suspend requests for idle nodes (one request may name several),
         carried out by the real suspend program's steps: terminate their instances (when
-        they have them), lift a spot drain; then the nodes reach a settled state."""
+        they have them), lift a spot drain, start the controller's timer that drains a
+        boot gate's failure again; then the nodes reach a settled state."""
         asked: set[str] = set()
 
         def requested() -> bool:
@@ -391,9 +392,14 @@ class AwsLab:
             return asked >= set(nodes)
 
         wait_for("slurmctld's suspend request", requested, 120)
+        # The suspend program's own query (burst.sinfo_reasons), on the controller.
+        reasons = cluster.sh("SLURM_TIME_FORMAT=standard " + shlex.join(burst.SINFO_REASONS))
         assert bool(burst.suspend(self.ec2, list(nodes))) == instance
-        burst.clear_spot_drains(burst.spot_records(cluster.sh(
-            "sinfo --Node -h -o '%N|%T|%E'")), list(nodes), update=scontrol_update(cluster))
+        burst.clear_spot_drains(burst.spot_records(reasons), list(nodes),
+                                update=scontrol_update(cluster))
+        burst.hold_gate_drains(burst.gate_failures(reasons), list(nodes),
+                               self.config["suspend_timeout_s"],
+                               lambda argv: cluster.sh(shlex.join(argv)))
         assert self.sync() == {}
         states: dict[str, str] = {}
 
@@ -640,9 +646,9 @@ def test_a_burst_host_that_fails_its_gate_never_takes_a_job(cluster, aws_lab):
         assert on_host(node, f"ls /tmp/slurm-{job}.out 2>/dev/null || echo none").strip() \
             == "none"
         cluster.sh(f"scancel {job}")
-        # The power-down goes through SuspendProgram: the instance is terminated, the node
-        # stays drained with its reason.
-        # Whatever flag sinfo adds (powered down, not responding), it stays drained.
+        # The power-down goes through SuspendProgram: the instance is terminated, and the
+        # node, whose drain Slurm lifts as it powers down (idle_on_node_suspend), is
+        # drained again with its reason by the controller's timer.
         aws_lab.suspend_requested(cluster, node, settled=lambda s: s.startswith("drain"))
         assert cluster.sh(f"sinfo -h -n {node} -o '%E'").strip() == reason
     finally:
