@@ -389,17 +389,26 @@ def scontrol(*args: str) -> None:
     subprocess.run(["scontrol", "update", *args], check=True, timeout=COMMAND_TIMEOUT_S)
 
 
-def release_later(node: str, delay_s: int) -> None:
-    """Return node to service after delay_s, by a transient systemd timer: it outlives
-    this program, and nothing else has to run for the blackout to end."""
-    out = subprocess.run(
-        ["systemd-run", f"--unit={RELEASE_UNIT.format(node=check_node(node))}",
-         f"--on-active={delay_s}s", "--timer-property=AccuracySec=1s", "--collect",
-         "--quiet", "--", "scontrol", "update", f"nodename={node}", "state=power_down_force"],
-        capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
+def timer_argv(unit: str, delay_s: int, *update: str) -> list[str]:
+    """A transient systemd timer running `scontrol update UPDATE` after delay_s: it outlives
+    the resume or suspend program, and nothing else has to run for it to fire."""
+    return ["systemd-run", f"--unit={unit}", f"--on-active={int(delay_s)}s",
+            "--timer-property=AccuracySec=1s", "--collect", "--quiet", "--",
+            "scontrol", "update", *update]
+
+
+def _start(argv: list[str]) -> None:
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
+                         check=False)
     if out.returncode:
-        # Typically a timer of an earlier blackout still pending: it releases the node.
-        log.warning("%s: release timer not started: %s", node, out.stderr.strip())
+        # Typically a timer of the same name still pending: it does the same.
+        log.warning("%s not started: %s", argv[1], out.stderr.strip())
+
+
+def release_later(node: str, delay_s: int) -> None:
+    """Return node to service after delay_s (the capacity blackout's end)."""
+    _start(timer_argv(RELEASE_UNIT.format(node=check_node(node)), delay_s,
+                      f"nodename={node}", "state=power_down_force"))
 
 
 def resume(ec2: PoolEC2, config: dict[str, Any], nodes: list[str],
@@ -534,19 +543,9 @@ def gate_failures(text: str) -> dict[str, str]:
 
 
 def redrain_argv(node: str, reason: str, delay_s: int) -> list[str]:
-    """A transient systemd timer that drains node again with reason after delay_s: it
-    outlives the suspend program, as the capacity blackout's release timer does."""
-    return ["systemd-run", f"--unit={REDRAIN_UNIT.format(node=check_node(node))}",
-            f"--on-active={int(delay_s)}s", "--timer-property=AccuracySec=1s", "--collect",
-            "--quiet", "--", "scontrol", "update", f"nodename={node}", "state=drain",
-            f"reason={reason}"]
-
-
-def _start(argv: list[str]) -> None:
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
-                         check=False)
-    if out.returncode:
-        log.warning("%s not started: %s", argv[1], out.stderr.strip())
+    """The timer that drains node again with reason after delay_s."""
+    return timer_argv(REDRAIN_UNIT.format(node=check_node(node)), delay_s,
+                      f"nodename={node}", "state=drain", f"reason={reason}")
 
 
 def hold_gate_drains(failures: dict[str, str], nodes: list[str], suspend_timeout_s: int,
