@@ -378,6 +378,9 @@ def _create_args(desc: Description, node: str, image: str) -> list[str]:
             # NET_ADMIN acts on the host's own network namespace only (nftables, net.*);
             # /proc/sys is unmasked so the hardening role can apply net.* sysctls.
             "--cap-add", "NET_ADMIN", "--security-opt", "unmask=/proc/sys",
+            # Root on a real node holds every capability; the checkpoint-age collector's unit
+            # keeps these two (role storage), which podman's default set lacks.
+            "--cap-add", "SYS_PTRACE", "--cap-add", "DAC_READ_SEARCH",
             "-v", f"{key_path(desc)}.pub:/root/.ssh/authorized_keys:ro",
             "-v", f"{mirror_dir(desc)}:{MIRROR_MOUNT}:ro",
             *shared_mounts(desc),

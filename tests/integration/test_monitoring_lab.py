@@ -307,3 +307,56 @@ def test_gpu_series_carry_the_job_that_holds_them(pool: slurm_cluster.SlurmLab) 
         pool.cancel_all()
     wait_for("the job's label gone from Prometheus", lambda: not promql(pool, query), 120)
     assert not pool.sh(f"grep -rlx {job} /run/gpupool/dcgm-job-map || true", node).strip()
+
+
+def test_a_job_that_stops_checkpointing_alerts_until_it_checkpoints(
+        pool: slurm_cluster.SlurmLab) -> None:
+    """The checkpoint-age series (issue 16, role storage): a job whose newest checkpoint is
+    three hours old is reported by the node running its batch script, with its team, and
+    CheckpointStale fires for it in Prometheus; a fresh checkpoint brings the age down, and
+    once the job ends its series is gone. The collector runs as its timer would
+    (`systemctl start` of the same oneshot) so the test waits for a scrape, not a timer."""
+    desc = pool.desc
+    team, klass = next(iter(desc.teams)), next(iter(desc.task_classes))
+    name = "ckpt-age"
+    directory = f"/checkpoints/{team}/{name}"
+    job = pool.sbatch(f"-p {klass}", f"-A {team}", f"-J {name}", "-C onprem", script=(
+        "#!/bin/bash\n"
+        'd="/checkpoints/$SLURM_JOB_ACCOUNT/$SLURM_JOB_NAME"\n'
+        'rm -rf "$d" && mkdir -p "$d" && touch "$d/ckpt-00000001.json"\n'
+        'touch -d "@$(( $(date +%s) - 3 * 3600 ))" "$d/ckpt-00000001.json" "$d"\n'
+        "exec sleep 600\n"))
+    query = f'gpupool_checkpoint_age_seconds{{job_id="{job}"}}'
+    node = None
+    try:
+        wait_for("the job running", lambda: pool.state(job) == "RUNNING", 60)
+        node = pool.job(job)["BatchHost"]
+        assert pool.sh("systemctl is-active gpupool-checkpoint-age.timer", node).strip() == "active"
+
+        def measure() -> None:
+            pool.sh("systemctl start gpupool-checkpoint-age.service", node)
+
+        def scraped(stale: bool) -> list[dict[str, Any]] | None:
+            found = promql(pool, query)
+            return found if found and (float(found[0]["value"][1]) > 7200) == stale else None
+
+        measure()
+        old = wait_for("the stale checkpoint's age in Prometheus", lambda: scraped(True), 120)
+        assert len(old) == 1
+        assert old[0]["metric"]["team"] == team
+        assert old[0]["metric"]["instance"].startswith(desc.nodes[node].addresses["management"])
+        alert = f'ALERTS{{alertname="CheckpointStale",job_id="{job}",alertstate="firing"}}'
+        wait_for("CheckpointStale firing for the job", lambda: promql(pool, alert) or None, 120)
+
+        pool.sh(f"touch {directory}/ckpt-00000002.json", node)
+        measure()
+        wait_for("the fresh checkpoint's age in Prometheus", lambda: scraped(False), 120)
+        wait_for("CheckpointStale resolved", lambda: not promql(pool, alert), 120)
+    finally:
+        pool.cancel_all()
+        if node is not None:
+            pool.sh(f"rm -rf {directory}", node, check=False)
+    assert node is not None
+
+    pool.sh("systemctl start gpupool-checkpoint-age.service", node)
+    wait_for("the ended job's series gone from Prometheus", lambda: not promql(pool, query), 120)
