@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpupool.lab import burst_hosts, fixture_imds, localaws
 from gpupool.onhost import burst, spot_watch
@@ -134,3 +135,20 @@ def test_the_labs_hybrid_link_exempts_exactly_cloud_to_onprem_from_masquerade() 
         (o, c) for c in clouds for o in onprem}
     assert all(r[0] == "POSTROUTING" and r[-2:] == ["-j", "ACCEPT"] for r in rules)
     assert all(f"gpupool lab {DESC.pool.name} hybrid link" in r for r in rules)
+
+
+def test_the_lab_image_installs_the_playbooks_boot_packages(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """One list (playbooks/vars/burst_image.yml) for the real image and the lab's; a value
+    that is no package name never reaches the scrub script's command line."""
+    book = yaml.safe_load((burst_hosts.PROJECT_ROOT / "playbooks" / "burst_image.yml").read_text())
+    assert "vars/burst_image.yml" in book[0]["vars_files"]
+    assert "cloud-init" in burst_hosts.boot_packages().split()
+    assert "$boot_packages" in burst_hosts.SCRUB
+    for hostile in ("[curl; rm -rf /]", "[]", "curl", "['curl $(id)']"):
+        bad = tmp_path / "vars.yml"
+        bad.write_text(f"burst_image_boot_packages: {hostile}\n")
+        monkeypatch.setattr(burst_hosts, "BOOT_VARS", bad)
+        with pytest.raises(burst_hosts.BurstLabError, match="not a list of Debian package names"):
+            burst_hosts.boot_packages()

@@ -35,17 +35,23 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import shlex
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from gpupool.lab import hosts
+from gpupool.paths import PROJECT_ROOT
 from gpupool.render import cloud, slurm
 from gpupool.spec.model import Description
 
 FIXTURE_IMDS = Path(__file__).with_name("fixture_imds.py")
+BOOT_VARS = PROJECT_ROOT / "playbooks" / "vars" / "burst_image.yml"
+PACKAGE_RE = re.compile(r"[a-z0-9][a-z0-9.+-]*")
 BURST_LABEL = "gpupool.burst-instance"
 IMDS_DIR = "/etc/gpupool-lab/imds"  # in the host: the metadata state and injected notices
 ENDPOINT_FILE = "/etc/gpupool-lab/aws-endpoint"
@@ -64,7 +70,7 @@ export DEBIAN_FRONTEND=noninteractive
 printf '%s' "$DEBIAN_LIST" > /tmp/debian.list
 apt_opts="-o Dir::Etc::sourcelist=/tmp/debian.list -o Dir::Etc::sourceparts=-"
 apt-get $apt_opts update -q >/dev/null
-apt-get $apt_opts install -y -q --no-install-recommends cloud-init awscli curl >/dev/null
+apt-get $apt_opts install -y -q --no-install-recommends $boot_packages >/dev/null
 apt-get clean
 rm -rf /var/lib/apt/lists/* /tmp/debian.list
 # Identity: a burst node gets its key, configuration and name at boot.
@@ -117,8 +123,19 @@ class BurstLabError(hosts.LabError):
     """The lab's burst data plane could not do what was asked; the message says what."""
 
 
+def boot_packages() -> str:
+    """playbooks/burst_image.yml's boot packages, as one word list for the scrub script."""
+    names = yaml.safe_load(BOOT_VARS.read_text())["burst_image_boot_packages"]
+    if not (isinstance(names, list) and names
+            and all(isinstance(n, str) and PACKAGE_RE.fullmatch(n) for n in names)):
+        raise BurstLabError(f"{BOOT_VARS}: burst_image_boot_packages is not a list of "
+                            "Debian package names")
+    return " ".join(names)
+
+
 def image_ref(desc: Description, source_id: str) -> str:
-    recipe = json.dumps([SCRUB, DEBIAN_LIST, FIXTURE_IMDS.read_text(), source_id])
+    recipe = json.dumps([SCRUB, DEBIAN_LIST, boot_packages(), FIXTURE_IMDS.read_text(),
+                         source_id])
     digest = hashlib.sha256(recipe.encode()).hexdigest()[:16]
     return f"localhost/gpupool-burst-{desc.pool.name}:{digest}"
 
@@ -155,7 +172,8 @@ def build_image(desc: Description, report: hosts.Report = lambda _m: None) -> st
         (Path(tmp) / "fixture_imds.py").write_text(FIXTURE_IMDS.read_text())
         try:
             hosts.podman("run", "--name", builder, "-v", f"{tmp}:/tmp/build:ro",
-                         "-e", f"DEBIAN_LIST={DEBIAN_LIST}", "--entrypoint", "/bin/bash",
+                         "-e", f"DEBIAN_LIST={DEBIAN_LIST}",
+                         "-e", f"boot_packages={boot_packages()}", "--entrypoint", "/bin/bash",
                          staged, "-c", SCRUB, timeout=BUILD_TIMEOUT_S)
             # Labelled with the pool, so `gpupool lab down` removes it (hosts.down).
             hosts.podman("commit", "--change", 'CMD ["/sbin/init"]', "--change",
