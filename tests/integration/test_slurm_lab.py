@@ -705,3 +705,42 @@ def test_node_service_waits_for_the_job_then_takes_the_node_out(cluster):
         cluster.sh("systemctl start slurmd", node=node)
         assert run("node_resume.yml") == 1
     wait_for("the node idle", lambda: cluster.node_states()[node] == "idle", 60)
+
+
+def test_decommission_waits_for_the_job_then_stops_the_node_and_records_it(cluster):
+    """playbooks/decommission.yml (issue 17) on a node with a job running: drained as
+    decommissioned, the job left to finish, slurmd and munge stopped and disabled, the
+    verdict recorded on the controller; a second run changes nothing. The node is put back
+    by hand (services enabled, record removed, node_resume.yml) for the tests after this."""
+    node = burst.expand_hostlist(ONPREM)[-1]
+    record = f"/var/lib/gpupool/admission/{node}.json"
+    job = cluster.sbatch(f"-p {LOW}", f"-A {TEAMS[0]}", f"-w {node}", "--gpus=1", work=10)
+    wait_for("the job running", lambda: cluster.state(job) == "RUNNING", 60)
+
+    def run(name: str) -> int:
+        run = playbook("-e", f"node={node}", "-e", "admission_idle_delay=2", name=name)
+        assert run.rc == 0, run.output[-3000:]
+        return run.recap[node]["changed"]
+
+    saved = cluster.sh(f"cat {record} 2>/dev/null || true")
+    try:
+        assert run("decommission.yml") > 0
+        assert cluster.sacct(job)[-1]["State"] == "COMPLETED"  # waited for, not killed
+        for unit in ("slurmd", "munge"):
+            assert cluster.sh(f"systemctl is-active {unit} || true", node=node).strip() != "active"
+            assert cluster.sh(f"systemctl is-enabled {unit} || true", node=node).strip() \
+                == "disabled"
+        state, reason = cluster.sh(f"sinfo -h -n {node} -o '%T|%E'").strip().split("|")
+        assert state.startswith(("drain", "down")), state
+        assert reason == "gpupool-gate: decommissioned", reason
+        assert json.loads(cluster.sh(f"cat {record}")) == {"node": node,
+                                                           "verdict": "decommissioned"}
+        assert run("decommission.yml") == 0
+    finally:
+        cluster.sh("systemctl enable --now munge slurmd", node=node)
+        if saved.strip():
+            cluster.write(record, saved.strip())
+        else:
+            cluster.sh(f"rm -f {record}")
+        assert run("node_resume.yml") == 1
+    wait_for("the node idle", lambda: cluster.node_states()[node] == "idle", 60)
