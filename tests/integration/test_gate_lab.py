@@ -75,6 +75,21 @@ def test_wrong_driver_pin_fails_the_software_check(pool: slurm_cluster.SlurmLab,
         assert reports[node]["failed"] == ["software.locked_version_held[nvidia_driver]"]
 
 
+def test_a_runtime_that_lets_containers_choose_gpus_fails(pool: slurm_cluster.SlurmLab,
+                                                         tmp_path: Path) -> None:
+    """Issue 14: the toolkit's config edited on a node so that NVIDIA_VISIBLE_DEVICES from
+    an unprivileged container is obeyed again: the node fails exactly that check."""
+    node, config = COMPUTE[0], "/etc/nvidia-container-runtime/config.toml"
+    pool.sh(f"cp -p {config} {config}.gpupool-test && sed -i "
+            "'s/^accept-nvidia-visible-devices-envvar-when-unprivileged = false/"
+            "accept-nvidia-visible-devices-envvar-when-unprivileged = true/' " + config, node)
+    try:
+        reports = gate(tmp_path, [node], "quick")
+        assert reports[node]["failed"] == ["software.containers_cannot_choose_their_gpus"]
+    finally:
+        pool.sh(f"mv {config}.gpupool-test {config}", node)
+
+
 BREAK = {
     COMPUTE[0]: ("system.sshd_hardened",
                  "printf 'PasswordAuthentication yes\\n' > /etc/ssh/sshd_config.d/00-oops.conf",

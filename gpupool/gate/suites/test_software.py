@@ -1,6 +1,9 @@
-"""Software checks: every package of the software lock at its pinned version, and held."""
+"""Software checks: every package of the software lock at its pinned version, and held;
+the container runtime leaves the choice of GPUs to the scheduler."""
 
 from __future__ import annotations
+
+import tomllib
 
 import pytest
 
@@ -24,6 +27,13 @@ COMPONENT_PACKAGES = {
               "primary": {"slurmd", "slurmctld", "slurmdbd", "slurm-client"}},
 }
 GPU_ONLY = {"nvidia_driver", "container_toolkit", "dcgm", "dcgm_exporter"}
+# Role nvidia_container_toolkit's settings that keep GPU selection with Slurm and the
+# kubelet: an unprivileged container may not pick GPUs through NVIDIA_VISIBLE_DEVICES
+# (an environment variable any image or user sets), only through what the runtime's caller
+# mounts. A node edited by hand, or converged by an older role, fails here.
+TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+TOOLKIT_SETTINGS = {"accept-nvidia-visible-devices-envvar-when-unprivileged": False,
+                    "accept-nvidia-visible-devices-as-volume-mounts": True}
 
 
 @pytest.fixture(scope="module")
@@ -71,3 +81,20 @@ def test_locked_version_held(component: str, expect: NodeExpect,  # type: ignore
             bool(primary) and not wrong and not unheld,
             f"{component}: primary packages {primary or 'none installed'}, wrong versions "
             f"{wrong}, not held {unheld}")
+
+
+@pytest.mark.action(Action.RECONFIGURE)
+def test_containers_cannot_choose_their_gpus(host, expect: NodeExpect,  # type: ignore[no-untyped-def]
+                                            measure: Measure) -> None:
+    if expect.gpu is None:
+        pytest.skip("not a GPU node")
+    config = host.file(TOOLKIT_CONFIG)
+    try:
+        settings = tomllib.loads(config.content_string) if config.exists else {}
+        problem = "" if config.exists else f"{TOOLKIT_CONFIG} is missing"
+    except tomllib.TOMLDecodeError as exc:
+        settings, problem = {}, f"{TOOLKIT_CONFIG} is not TOML: {exc}"
+    got = {key: settings.get(key) for key in TOOLKIT_SETTINGS}
+    measure(got, TOOLKIT_SETTINGS, got == TOOLKIT_SETTINGS,
+            problem or f"{TOOLKIT_CONFIG}: {got}, expected {TOOLKIT_SETTINGS}")
+
