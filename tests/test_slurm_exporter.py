@@ -13,6 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpupool.gate import health
 from gpupool.onhost import checkpoint_age
 from gpupool.onhost import slurm_exporter as ex
 
@@ -216,6 +217,8 @@ def test_every_series_the_rules_and_dashboard_read_is_served() -> None:
     # The compute nodes' checkpoint-age collector (role storage) serves the rest.
     served |= {m.name for m in checkpoint_age.collect(Path("/nonexistent"),
                                                        run=lambda argv: "").collect()}
+    # And the compute nodes' health loop (role acceptance_gate) the gpupool_health_* series.
+    served |= set(health.SERIES)
     assert read - served == set()
 
 

@@ -14,11 +14,18 @@ from gpupool.render import mig_config as mig_render
 from gpupool.spec.catalog import INSTANCE_TYPES
 from gpupool.spec.connection import Connection
 from gpupool.spec.facts import gpu_capacity, rack_places
-from gpupool.spec.model import Description
+from gpupool.spec.model import Description, duration_seconds
 
 
 def group_name(prefix: str, name: str) -> str:
     return f"{prefix}_{name.replace('-', '_').replace('.', '_')}"
+
+
+def health_plan(desc: Description) -> dict[str, Any]:
+    h = desc.health
+    return {"interval_s": duration_seconds(h.interval), "reset": h.reset.value,
+            "reboot": h.reboot.value, "drain_timeout_s": duration_seconds(h.drain_timeout),
+            "isolate_after": h.isolate_after, "window_s": duration_seconds(h.window)}
 
 
 def pool_vars(desc: Description) -> dict[str, Any]:
@@ -47,6 +54,9 @@ def pool_vars(desc: Description) -> dict[str, Any]:
         # MIG layouts: mig-parted's config per class, the GPU Operator's strategy
         # (gpupool/render/mig_config.py), read by the mig and gpu_operator roles.
         "gpupool_mig": mig_render.plan(desc),
+        # The health loop's timer and policy (roles/acceptance_gate, gpupool/gate/health.py),
+        # durations in seconds so no role parses them.
+        "gpupool_health": health_plan(desc),
         **({"gpupool_description_file": str(desc.source)} if desc.source else {}),
     }
 

@@ -365,6 +365,30 @@ class Software(Strict):
                     list[PackageVersion]] = {}
 
 
+class HealthStep(StrEnum):
+    """What the health loop does when the gate advises a reset or a reboot."""
+
+    ACT = "act"  # drain, wait for the node's jobs (bounded), act, gate again, return it
+    DRAIN = "drain"  # drain and leave the action to on-call
+    RECORD = "record"  # as act, but only record the action (a lab host cannot reboot)
+
+
+class Health(Strict):
+    """The health loop: every compute node gates itself at the quick tier from a timer
+    (gpupool/gate/health.py, installed by roles/acceptance_gate) and acts on the verdict."""
+
+    interval: Duration = "10m"
+    reset: HealthStep = HealthStep.ACT
+    reboot: HealthStep = HealthStep.ACT
+    # How long a drained node's jobs may run before they are requeued (or, where they
+    # cannot be, the node is left drained for on-call) so the advised action can be taken.
+    drain_timeout: Duration = "30m"
+    # This many failures of one check within the window isolate the node: the few cards
+    # that cause most failures are kept out instead of being reset again and again.
+    isolate_after: Annotated[Int, Field(ge=1, le=100)] = 3
+    window: Duration = "24h"
+
+
 class Cni(StrEnum):
     """The pod network, which decides the ports nodes open to each other."""
 
@@ -396,6 +420,7 @@ class Description(Strict):
     network: Network
     software: Software
     kubernetes: Kubernetes | None = None
+    health: Health = Health()
     # Where the description was read from (set by the loader), for tools run later that
     # must read the same file (the gate run by the admission role).
     _source: Path | None = PrivateAttr(default=None)

@@ -710,3 +710,21 @@ def kubernetes(desc: Description) -> Iterator[Problem]:
             yield Problem(path, "kubernetes-control-plane-unique", "a node is listed twice",
                           name)
         seen.add(name)
+
+
+# The health loop's timer: often enough to catch a bad card between jobs, not so often
+# that the quick tier (tens of seconds of a node's time) becomes a load of its own.
+HEALTH_INTERVAL_S = (60, 86_400)
+
+
+@rule("health")
+def health(desc: Description) -> Iterator[Problem]:
+    h = desc.health
+    low, high = HEALTH_INTERVAL_S
+    if not low <= duration_seconds(h.interval) <= high:
+        yield Problem("health.interval", "health-interval-range",
+                      f"must be between {low // 60}m and {high // 3600}h", h.interval)
+    if duration_seconds(h.window) < duration_seconds(h.interval) * h.isolate_after:
+        yield Problem("health.window", "health-window-holds-failures",
+                      f"{h.isolate_after} failures {h.interval} apart cannot fall within it",
+                      h.window)

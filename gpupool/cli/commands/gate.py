@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from rich.table import Table
 from gpupool.cli.output import EXIT_USAGE, cell, emit_json, err, out
 from gpupool.cli.registry import command
 from gpupool.gate import runner
+from gpupool.gate.expect import node_expect
 from gpupool.gate.plugin import TIERS
 from gpupool.spec.model import Description, Software
 
@@ -35,6 +37,10 @@ def _setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exclude", action="append", default=[],
                    help="leave out checks whose id starts with this, e.g. gpu.dcgm_diag "
                         "(the report lists what was left out)")
+    p.add_argument("--print-expect", action="store_true",
+                   help="print what each node is checked against, as JSON (node -> "
+                        "expectation), and gate nothing: the health loop's input "
+                        "(roles/acceptance_gate)")
     p.add_argument("--lock", action="append", default=[], metavar="COMPONENT=VERSION",
                    help="expect this version of a locked component instead of the "
                         "description's (repeatable; a rollback gates nodes on the previous "
@@ -95,6 +101,9 @@ def cmd_gate(args: argparse.Namespace, desc: Description) -> int:
     if unknown:
         err.print(f"[red]unknown node(s)[/]: {', '.join(unknown)}")
         return EXIT_USAGE
+    if args.print_expect:
+        emit_json({n: json.loads(node_expect(desc, n).to_json()) for n in nodes})
+        return 0
     locks = _locks(args.lock, desc)
     if isinstance(locks, str):
         err.print(cell(locks))
