@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 # Queried in this order with --format=csv,noheader,nounits.
@@ -156,3 +157,26 @@ def mig_counts(devices: list[tuple[str, str]] | list[tuple[str, int]]) -> dict[s
     for profile, _ in devices:
         counts[profile] = counts.get(profile, 0) + 1
     return dict(sorted(counts.items()))
+
+
+@dataclass(frozen=True)
+class DcgmHealth:
+    """The last DCGM health check (`dcgmi health --check`) that roles/dcgm's timer recorded:
+    what the GPUs' background watches saw between gates."""
+
+    status: str  # pass | fail | error (dcgmi could not reach a host engine)
+    checked_at: datetime
+    detail: str
+
+
+def parse_dcgm_health(text: str) -> DcgmHealth:
+    """The record gpupool-dcgm-health writes (roles/dcgm/templates/gpupool-dcgm-health.sh.j2)."""
+    try:
+        raw = json.loads(text)
+        status, when = raw["status"], raw["checked_at"]
+        checked = datetime.strptime(when, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"not a DCGM health record: {exc}") from None
+    if status not in ("pass", "fail", "error"):
+        raise ValueError(f"not a DCGM health record: status {status!r}")
+    return DcgmHealth(status, checked, str(raw.get("detail", ""))[-300:])

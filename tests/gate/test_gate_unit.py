@@ -13,7 +13,13 @@ import yaml
 from gpupool.gate import runner
 from gpupool.gate.actions import Action, worst, xid_action
 from gpupool.gate.expect import node_expect
-from gpupool.gate.nvidia import parse_dcgm_diag, parse_nvlink_status, parse_query, parse_xids
+from gpupool.gate.nvidia import (
+    parse_dcgm_diag,
+    parse_dcgm_health,
+    parse_nvlink_status,
+    parse_query,
+    parse_xids,
+)
 from gpupool.gate.plugin import verdict
 from gpupool.render import inventory
 from gpupool.spec import loader
@@ -201,3 +207,18 @@ def test_a_misspelt_suite_is_refused_not_an_empty_pass(tmp_path: Path) -> None:
                           text=True, timeout=60, check=False, cwd=ROOT)
     assert proc.returncode == 2 and "invalid choice: 'sytem'" in proc.stderr, proc.stderr
     assert set(runner.SUITE_NAMES) == {"system", "software", "gpu", "storage", "network"}
+
+
+def test_parse_dcgm_health_record() -> None:
+    record = parse_dcgm_health('{"status": "fail", "exit_code": 2, "checked_at": '
+                               '"2026-12-02T19:24:51Z", "detail": "GPU 3: PCIe replays"}')
+    assert record.status == "fail" and record.detail == "GPU 3: PCIe replays"
+    assert record.checked_at.isoformat() == "2026-12-02T19:24:51+00:00"
+
+
+@pytest.mark.parametrize("text", ["", "[]", '{"status": "pass"}', '{"status": "odd", '
+                                  '"checked_at": "2026-12-02T19:24:51Z"}',
+                                  '{"status": "pass", "checked_at": "yesterday"}'])
+def test_parse_dcgm_health_refuses_what_the_timer_does_not_write(text: str) -> None:
+    with pytest.raises(ValueError, match="not a DCGM health record"):
+        parse_dcgm_health(text)

@@ -18,6 +18,7 @@ from gpupool.gate.nvidia import (
     GpuState,
     mig_counts,
     parse_dcgm_diag,
+    parse_dcgm_health,
     parse_gpu_instances,
     parse_mig_list,
     parse_nvlink_status,
@@ -28,6 +29,9 @@ from gpupool.gate.plugin import Measure
 
 DIAG_LEVEL = {"quick": 1, "standard": 2, "burn-in": 3}
 MAX_TEMPERATURE_C = 85
+# roles/dcgm's dcgm_health_result, and how old it may be: its timer runs every few minutes.
+DCGM_HEALTH_RESULT = "/var/lib/gpupool/dcgm-health.json"
+DCGM_HEALTH_MAX_AGE_S = 3600
 
 
 def _driver_loaded(host) -> bool:  # type: ignore[no-untyped-def]
@@ -165,6 +169,29 @@ def test_dcgm_diag(host, gpus: list[GpuState], request: pytest.FixtureRequest,  
     failed = sorted(t for t, r in results.items() if r == "Fail")
     measure({"level": level, "failed": failed}, {"level": level, "failed": []},
             bool(results) and not failed, f"dcgmi diag -r {level}: {failed or out.stderr[:200]}")
+
+
+@pytest.mark.action(Action.RESET)
+def test_dcgm_health_watches(host, gpus: list[GpuState], measure: Measure) -> None:  # type: ignore[no-untyped-def]
+    """What DCGM's background watches saw between gates (roles/dcgm's timer records
+    `dcgmi health --check`): a memory or PCIe fault that came and went still fails here."""
+    record = host.file(DCGM_HEALTH_RESULT)
+    if not record.exists:
+        measure("no record", "a record", False, f"{DCGM_HEALTH_RESULT} is missing: the dcgm "
+                "role's health timer has not run", action=Action.RECONFIGURE.value)
+    try:
+        health = parse_dcgm_health(record.content_string)
+    except ValueError as exc:
+        measure("unreadable", "a record", False, f"{DCGM_HEALTH_RESULT}: {exc}",
+                action=Action.RECONFIGURE.value)
+    now = int(host.run("date +%s").stdout.strip() or 0)
+    age = now - int(health.checked_at.timestamp())
+    if health.status == "error" or age > DCGM_HEALTH_MAX_AGE_S:
+        measure({"status": health.status, "age_s": age}, "a recent DCGM answer", False,
+                f"DCGM health not checked: {health.detail[-160:] or 'the record is stale'}",
+                action=Action.RECONFIGURE.value)
+    measure(health.status, "pass", health.status == "pass",
+            f"DCGM health watches: {health.detail[-200:]}")
 
 
 @pytest.mark.tier("burn-in")
