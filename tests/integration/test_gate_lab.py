@@ -90,6 +90,78 @@ def test_a_runtime_that_lets_containers_choose_gpus_fails(pool: slurm_cluster.Sl
         pool.sh(f"mv {config}.gpupool-test {config}", node)
 
 
+TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+TOOLKIT_CHECK = "software.containers_cannot_choose_their_gpus"
+
+
+def break_toolkit(pool: slurm_cluster.SlurmLab, node: str) -> None:
+    pool.sh("sed -i 's/^accept-nvidia-visible-devices-envvar-when-unprivileged = false/"
+            f"accept-nvidia-visible-devices-envvar-when-unprivileged = true/' {TOOLKIT_CONFIG}",
+            node)
+
+
+def health_run(pool: slurm_cluster.SlurmLab, node: str) -> dict[str, Any]:
+    """One run of the health loop, started as its timer starts it; what it did."""
+    pool.sh("systemctl start gpupool-health.service", node, timeout=600)
+    return json.loads(pool.sh("cat /var/lib/gpupool/health/last.json", node))
+
+
+def slurm_reason(pool: slurm_cluster.SlurmLab, node: str) -> str:
+    # One line per partition the node is in, each the same.
+    return pool.sh(f"sinfo -h -N -n {node} -o %E").splitlines()[0].strip()
+
+
+def test_the_health_loop_drains_a_failing_node_and_returns_it_once_repaired(
+        pool: slurm_cluster.SlurmLab) -> None:
+    """Issue 17, the health loop closed: the timer's service on a node whose container
+    runtime was loosened drains it with the check and the advised action (reconfigure),
+    the advised repair (its role re-run) is made, and the next run returns the node with no
+    other step. A second failure of the same check within the window isolates the node,
+    and a run that passes no longer returns it; on-call's node_resume.yml does, and the
+    loop then forgets the node's past failures."""
+    node = COMPUTE[-1]
+    timer = pool.sh("systemctl show -p ActiveState -p TimersMonotonic gpupool-health.timer",
+                    node)
+    assert "ActiveState=active" in timer and "OnUnitActiveUSec=12h" in timer, timer
+    pool.sh("rm -f /var/lib/gpupool/health/state.json", node)
+    assert health_run(pool, node)["did"] == []  # healthy: nothing to do
+    break_toolkit(pool, node)
+    try:
+        did = health_run(pool, node)
+        assert did["failed"] == [TOOLKIT_CHECK] and did["action"] == "reconfigure", did
+        assert "drain" in pool.node_states()[node]
+        assert slurm_reason(pool, node) == f"gpupool-health: reconfigure: {TOOLKIT_CHECK}"
+        repair = slurm_cluster.playbook(DESC, "site.yml", "--limit", node,
+                                        "--tags", "nvidia_container_toolkit")
+        assert repair.returncode == 0, repair.stdout[-3000:]
+        assert health_run(pool, node)["did"] == ["resumed"]
+        assert "drain" not in pool.node_states()[node]
+
+        break_toolkit(pool, node)  # the second failure within the lab's window: isolated
+        health_run(pool, node)
+        assert slurm_reason(pool, node) == f"gpupool-health: isolate: {TOOLKIT_CHECK}"
+        metrics = pool.sh("cat /var/lib/prometheus/node-exporter/gpupool_health.prom", node)
+        assert f'gpupool_health_isolated{{node="{node}"}} 1' in metrics, metrics
+        assert f'gpupool_health_failures_in_window{{node="{node}"}} 2' in metrics, metrics
+        repair = slurm_cluster.playbook(DESC, "site.yml", "--limit", node,
+                                        "--tags", "nvidia_container_toolkit")
+        assert repair.returncode == 0, repair.stdout[-3000:]
+        assert health_run(pool, node)["verdict"] == "pass"
+        assert slurm_reason(pool, node).startswith("gpupool-health: isolate")
+    finally:
+        pool.sh("sed -i 's/^accept-nvidia-visible-devices-envvar-when-unprivileged = true/"
+                "accept-nvidia-visible-devices-envvar-when-unprivileged = false/' "
+                + TOOLKIT_CONFIG, node)
+        resumed = slurm_cluster.playbook(DESC, "node_resume.yml", "-e", f"node={node}")
+        assert resumed.returncode == 0, resumed.stdout[-3000:]
+    did = health_run(pool, node)
+    assert did["did"] == ["isolation lifted by on-call: failure history cleared"], did
+    metrics = pool.sh("cat /var/lib/prometheus/node-exporter/gpupool_health.prom", node)
+    assert f'gpupool_health_failures_in_window{{node="{node}"}} 0' in metrics, metrics
+    slurm_cluster.wait_for("the returned node answering slurmctld",
+                           lambda: pool.node_states()[node] == "idle", 60)
+
+
 BREAK = {
     COMPUTE[0]: ("system.sshd_hardened",
                  "printf 'PasswordAuthentication yes\\n' > /etc/ssh/sshd_config.d/00-oops.conf",
