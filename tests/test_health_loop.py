@@ -264,3 +264,24 @@ def test_a_missing_textfile_directory_does_not_stop_the_loop(tmp_path: Path) -> 
     entry = run(config(tmp_path, textfile_dir=str(tmp_path / "absent")), slurm,
                 verdict(("software.toolkit",), "reconfigure"))
     assert slurm.state == "drained" and entry["did"][-1].startswith("series not written")
+
+
+def test_a_node_left_with_only_monitor_failures_returns(tmp_path: Path) -> None:
+    slurm = FixtureSlurm()
+    cfg = config(tmp_path)
+    run(cfg, slurm, verdict(("software.toolkit",), "reconfigure"))
+    entry = run(cfg, slurm, verdict(("gpu.temperature",), "monitor"))
+    assert entry["did"] == ["monitor: gpu.temperature", "resumed"] and slurm.state == "idle"
+
+
+@pytest.mark.parametrize("text", [
+    '{"history": [{"t": 1, "checks": [["x"]]}], "drained_at": "soon"}',
+    '{"history": {"t": 1}, "failing": 1}', '{"history": ["x"]}', "[]", "\\u0000",
+])
+def test_damaged_state_is_read_as_far_as_it_is_sound(tmp_path: Path, text: str) -> None:
+    cfg = config(tmp_path)
+    cfg.state_dir.mkdir()
+    (cfg.state_dir / "state.json").write_text(text)
+    slurm = FixtureSlurm("mixed", jobs=("5",))
+    entry = run(cfg, slurm, verdict(("gpu.ecc",), "reset"))
+    assert slurm.state == "draining" and "waiting for jobs 5" in entry["did"]

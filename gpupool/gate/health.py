@@ -188,10 +188,12 @@ class Loop:
         try:
             state = json.loads(self.state_file.read_text())
             history = [e for e in state["history"]
-                       if isinstance(e["t"], int | float) and isinstance(e["checks"], list)]
+                       if isinstance(e["t"], int | float) and isinstance(e["checks"], list)
+                       and all(isinstance(c, str) for c in e["checks"])]
+            drained_at = state.get("drained_at")
             return {"history": history, "failing": bool(state.get("failing")),
                     "isolated": bool(state.get("isolated")),
-                    "drained_at": state.get("drained_at")}
+                    "drained_at": drained_at if isinstance(drained_at, int | float) else None}
         except (OSError, ValueError, KeyError, TypeError):
             # A lost or damaged file forgets past failures: the next one counts afresh.
             return {"history": [], "failing": False, "isolated": False, "drained_at": None}
@@ -249,7 +251,10 @@ class Loop:
         if node.isolated:
             return
         if action is Action.MONITOR:
+            # Worth watching, not worth a node: one drained for an earlier failure returns.
             self.did.append("monitor: " + ",".join(checks))
+            if node.drained:
+                self._resume()
             return
         why = reason(action.value, checks)
         self.state["isolated"] = action is Action.ISOLATE
