@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +102,7 @@ def cmd_gate(args: argparse.Namespace, desc: Description) -> int:
         err.print(f"[red]unknown node(s)[/]: {', '.join(unknown)}")
         return EXIT_USAGE
     if args.print_expect:
-        emit_json({n: json.loads(node_expect(desc, n).to_json()) for n in nodes})
+        emit_json({n: dataclasses.asdict(node_expect(desc, n)) for n in nodes})
         return 0
     locks = _locks(args.lock, desc)
     if isinstance(locks, str):
