@@ -4,6 +4,8 @@ SHELL := /bin/bash
 VENV := .venv/bin
 STACK ?= lab
 PYTEST_ARGS ?=
+LINT := $(VENV)/ruff check gpupool tests infra policies bench inventory_plugins \
+  && $(VENV)/yamllint -s . && $(VENV)/ansible-lint
 
 .PHONY: bootstrap lab lab-down test lint unit integration bench burst-image-artifact clean
 
@@ -27,21 +29,22 @@ lab-down: bootstrap
 	$(VENV)/gpupool lab down --stack $(STACK)
 
 ## The whole test suite: lint, unit and integration tests.
-test: bootstrap lint
-	@# The unit tests run beside the integration tests, niced, on the CPU the lab's waits
-	@# leave idle; their report follows the integration tests' (one shared lab, in order).
-	@# Exit 5 (nothing collected: PYTEST_ARGS picked only one kind) is no failure.
-	mkdir -p .cache && rm -f .cache/unit-tests.rc
-	(rc=0; nice -n 10 $(VENV)/pytest -m "not integration" $(PYTEST_ARGS) \
-	  > .cache/unit-tests.log 2>&1 || rc=$$?; echo $$rc > .cache/unit-tests.rc) & \
+test: bootstrap
+	@# Lint and the unit tests run beside the integration tests, niced, on the CPU the lab's
+	@# waits leave idle; their report follows the integration tests' (one shared lab, in
+	@# order). Exit 5 (nothing collected: PYTEST_ARGS picked only one kind) is no failure.
+	mkdir -p .cache && rm -f .cache/lint.rc .cache/unit-tests.rc
+	(rc=0; (nice -n 10 bash -c '$(LINT)') > .cache/lint.log 2>&1 || rc=$$?; \
+	  echo $$rc > .cache/lint.rc; rc=0; nice -n 10 $(VENV)/pytest -m "not integration" \
+	  $(PYTEST_ARGS) > .cache/unit-tests.log 2>&1 || rc=$$?; echo $$rc > .cache/unit-tests.rc) & \
 	rc=0; $(VENV)/pytest -m integration --durations=30 $(PYTEST_ARGS) || rc=$$?; \
-	wait; cat .cache/unit-tests.log; unit=$$(cat .cache/unit-tests.rc); \
+	wait; cat .cache/lint.log .cache/unit-tests.log; \
+	lint=$$(cat .cache/lint.rc); unit=$$(cat .cache/unit-tests.rc); \
+	[ "$$lint" = 0 ] || { echo "lint failed (exit $$lint)"; exit 1; }; \
 	for r in $$rc $$unit; do [ "$$r" = 0 ] || [ "$$r" = 5 ] || exit 1; done
 
 lint: bootstrap
-	$(VENV)/ruff check gpupool tests infra policies bench inventory_plugins
-	$(VENV)/yamllint -s .
-	$(VENV)/ansible-lint
+	$(LINT)
 
 unit: bootstrap
 	$(VENV)/pytest -m "not integration" $(PYTEST_ARGS)
