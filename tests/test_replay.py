@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gpupool.exercise import replay_run
-from gpupool.lab.slurm_cluster import SlurmLabError
+from gpupool.lab.slurm_cluster import SlurmLab, SlurmLabError
 from gpupool.spec import loader
 from gpupool.workload import replay, trace
 from tests.conftest import ROOT
@@ -58,6 +61,63 @@ def test_baseline_pins_nodes_to_their_owners() -> None:
     # Marked once, however often it is applied: going back to gpupool's policy knows.
     assert conf.splitlines()[0] == replay_run.BASELINE_MARK
     assert replay_run.baseline_conf(desc, conf).count(replay_run.BASELINE_MARK) == 1
+
+
+class FileSlurm:
+    """A FIXTURE lab for the policy switch: each node's slurm.conf is a file under tmp, and
+    the commands use_policy sends run in a real bash with the path moved there."""
+
+    def __init__(self, desc: Any, tmp: Path) -> None:
+        self.desc, self.tmp, self.commands = desc, tmp, []
+        for node in desc.nodes:
+            (tmp / node).mkdir()
+
+    def sh(self, cmd: str, node: str | None = None) -> str:
+        self.commands.append(cmd)
+        where = self.tmp / (node or next(iter(self.desc.nodes)))
+        folder = str(Path(replay_run.CONF).parent)
+        return subprocess.run(["bash", "-c", cmd.replace(folder, str(where))],
+                              capture_output=True, text=True, check=True).stdout
+
+    write = SlurmLab.write
+
+
+@pytest.mark.parametrize("text", ["ClusterName=lab\nPartitionName=x Nodes=y\n",
+                                  "ClusterName=lab\nno newline at the end",
+                                  "ClusterName=lab\n\n$HOME `id` 'q' \"d\"\nGPUPOOL_EOF\n"])
+def test_the_baseline_is_undone_byte_for_byte_without_replaying_the_role(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    desc = loader.load_stack("lab", ROOT)
+    lab = FileSlurm(desc, tmp_path)
+    for node in desc.nodes:
+        (tmp_path / node / "slurm.conf").write_text(text)
+    restarts: list[str] = []
+    monkeypatch.setattr(replay_run, "_restart_all", lambda s: restarts.append("restart"))
+    monkeypatch.setattr(replay_run, "playbook", lambda *a: pytest.fail("the role replayed"))
+    saved = replay_run.gpupool_conf(lab)
+    replay_run.use_policy(lab, "gpupool", saved)  # already in force: nothing done
+    assert restarts == []
+    replay_run.use_policy(lab, "baseline", saved)
+    assert replay_run.gpupool_conf(lab) is None
+    replay_run.use_policy(lab, "gpupool", saved)
+    assert restarts == ["restart", "restart"]
+    for node in desc.nodes:
+        assert (tmp_path / node / "slurm.conf").read_text() == text, node
+
+
+def test_a_baseline_left_by_a_stopped_replay_is_undone_by_the_role(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    desc = loader.load_stack("lab", ROOT)
+    lab = FileSlurm(desc, tmp_path)
+    for node in desc.nodes:
+        (tmp_path / node / "slurm.conf").write_text(replay_run.BASELINE_MARK + "\nX=1\n")
+    played: list[str] = []
+    monkeypatch.setattr(replay_run, "_restart_all", lambda s: None)
+    monkeypatch.setattr(replay_run, "playbook", lambda desc, book: played.append(book) or
+                        subprocess.CompletedProcess([], 0, "", ""))
+    assert replay_run.gpupool_conf(lab) is None
+    replay_run.use_policy(lab, "gpupool", None)
+    assert played == ["slurm.yml"]
 
 
 def test_a_job_wider_than_a_team_owns_is_a_baseline_figure_not_a_crash() -> None:

@@ -31,7 +31,8 @@ MIN_JOB_S = 5.0  # accounting has 1 s resolution
 LEAD_S = 8.0  # submission finishes before the first job is eligible
 CONF = "/etc/slurm/slurm.conf"
 # The baseline's slurm.conf says what it is, so that going back to gpupool's policy
-# replays the slurm role (minutes) only when the baseline is in force.
+# happens only when the baseline is in force (and replays the slurm role, minutes, when a
+# replay stopped halfway left it there).
 BASELINE_MARK = "# gpupool replay: manual-allocation baseline (slurm.yml restores the policy)"
 # Lines of slurm.conf the baseline replaces.
 _POLICY_KEYS = re.compile(r"^(PartitionName|PreemptType|PreemptMode|SchedulerType|"
@@ -84,17 +85,31 @@ def _restart_all(s: SlurmLab) -> None:
         s.node_states().get(n, "").rstrip("*") == "idle" for n in onprem_nodes(s.desc)), 90)
 
 
-def use_policy(s: SlurmLab, policy: str) -> None:
-    """Put the lab on a policy: gpupool's is the slurm role's own configuration (played
-    again, unless the baseline was never put in its place), the baseline is written over
-    it on every node."""
+def gpupool_conf(s: SlurmLab) -> str | None:
+    """The controller's slurm.conf when it holds gpupool's policy (what use_policy can put
+    back after the baseline without replaying the role); None under the baseline."""
+    current = s.sh(f"cat {CONF}")
+    return None if BASELINE_MARK in current.splitlines() else current
+
+
+def use_policy(s: SlurmLab, policy: str, saved: str | None = None) -> None:
+    """Put the lab on a policy. gpupool's is the slurm role's own configuration: `saved`
+    (gpupool_conf() read before the baseline) written back on every node, or without it the
+    role played again (minutes), unless the baseline was never put in its place. The
+    baseline is written over it on every node."""
     current = s.sh(f"cat {CONF}")
     if policy == "gpupool":
         if BASELINE_MARK not in current.splitlines():
             return
-        proc = playbook(s.desc, "slurm.yml")  # the role restores its own configuration
-        if proc.returncode != 0:
-            raise SlurmLabError(f"slurm.yml failed: {proc.stdout[-3000:]}")
+        if saved is not None and BASELINE_MARK not in saved.splitlines():
+            # Byte for byte (the role's next run finds nothing to change); every node holds
+            # the same file (the slurm role).
+            for node in s.desc.nodes:
+                s.write(CONF, saved, node=node, newline=False)
+        else:
+            proc = playbook(s.desc, "slurm.yml")  # the role restores its own configuration
+            if proc.returncode != 0:
+                raise SlurmLabError(f"slurm.yml failed: {proc.stdout[-3000:]}")
         _restart_all(s)
         return
     conf = baseline_conf(s.desc, current)
@@ -210,14 +225,15 @@ def run_key() -> str:
 
 
 def replay_once(ctx: Context, policy: str, trace: list[TraceJob], *, speedup: float,
-                timeout_s: float, report: Callable[[str], None], run: str
-                ) -> tuple[list[Run], list[Demand]]:
-    """Replay the trace under one policy. The figures returned are final before this
-    returns: the next policy's restart of slurmctld cannot rewrite them."""
+                timeout_s: float, report: Callable[[str], None], run: str,
+                saved: str | None = None) -> tuple[list[Run], list[Demand]]:
+    """Replay the trace under one policy (saved: as use_policy takes it). The figures
+    returned are final before this returns: the next policy's restart of slurmctld cannot
+    rewrite them."""
     s = ctx.slurm
     if not trace:  # nothing this policy can run: no figures to wait for
         return [], []
-    use_policy(s, policy)
+    use_policy(s, policy, saved)
     prefix = f"{run}-{policy}-"
     s.sh(f"rm -rf {ctx.root}/.gpupool/replay && mkdir -p {ctx.root}/.gpupool/replay")
     s.write(f"{ctx.root}/.gpupool/replay/work.sh", WORK.format(root=ctx.root))

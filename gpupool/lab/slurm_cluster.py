@@ -7,6 +7,7 @@ are submitted as root on behalf of the teams (root is added to every team accoun
 
 from __future__ import annotations
 
+import base64
 import os
 import shlex
 import subprocess
@@ -60,9 +61,14 @@ class SlurmLab:
                                 f"{proc.stderr}{proc.stdout}")
         return proc.stdout
 
-    def write(self, path: str, text: str, node: str | None = None) -> None:
+    def write(self, path: str, text: str, node: str | None = None, *,
+              newline: bool = True) -> None:
+        """Write text (and a newline, unless told not to) to path: the bytes as given, in
+        base64 so that nothing in them is read by the shell or ends the here-document; an
+        existing file keeps its owner and mode."""
+        data = base64.b64encode((text + "\n" * newline).encode()).decode()
         self.sh(f"mkdir -p {shlex.quote(str(Path(path).parent))} && "
-                f"cat > {shlex.quote(path)} <<'GPUPOOL_EOF'\n{text}\nGPUPOOL_EOF", node)
+                f"base64 -d > {shlex.quote(path)} <<'GPUPOOL_EOF'\n{data}\nGPUPOOL_EOF", node)
 
     def sbatch(self, *args: str, script: str, env: dict[str, str] | None = None) -> str:
         self.write(JOB_SCRIPT, script)

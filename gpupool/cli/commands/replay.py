@@ -108,6 +108,7 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
         s, _ = slurm_cluster.bring_up(desc, report=report)
         ctx = Context(desc, s)
         run = replay_run.run_key()
+        saved = replay_run.gpupool_conf(s)
         for policy in policies:
             can, cannot = replay_run.runnable(desc, policy, jobs)
             report(f"replaying {len(can)} jobs under {policy}"
@@ -115,7 +116,7 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
                       if cannot else ""))
             rs, demands = replay_run.replay_once(ctx, policy, can, speedup=args.speedup,
                                                  timeout_s=args.timeout, report=report,
-                                                 run=run)
+                                                 run=run, saved=saved)
             runs[policy], metrics[policy] = rs, replay.metrics(rs, demands, capacity)
             metrics[policy]["not_runnable"] = len(cannot)
             t0[policy] = min((d.eligible for d in demands), default=0.0)
@@ -126,7 +127,7 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
                     per_class[d.task_class].append(min(starts) - d.eligible)
             waits[policy] = dict(per_class)
         if "baseline" in policies:
-            replay_run.use_policy(s, "gpupool")  # leave the lab on gpupool's policy
+            replay_run.use_policy(s, "gpupool", saved)  # leave the lab on gpupool's policy
     result = {"trace": name, "jobs": len(jobs), "speedup": args.speedup,
               "offered_load": round(trace.offered_load(jobs, capacity, args.horizon), 3),
               "policies": metrics}
