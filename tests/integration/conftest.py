@@ -12,12 +12,14 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+import bench.site_lab
 from gpupool.gate import runner as gate_runner
 from gpupool.lab import hosts as labmod
 from gpupool.lab import slurm_cluster
@@ -28,6 +30,10 @@ from tests.conftest import ROOT, lab_description
 
 ANSIBLE_PLAYBOOK = ROOT / ".venv" / "bin" / "ansible-playbook"
 RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+# ansible.posix's profile_roles summary: "common ------------------ 12.34s".
+ROLE_TIME = re.compile(r"^(\S+) -+ (\d+\.\d+)s$", re.M)
+PROFILE_ROLES = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_roles",
+                 "PROFILE_ROLES_SUMMARY_ONLY": "true"}
 
 
 @dataclass
@@ -35,22 +41,26 @@ class Run:
     rc: int
     output: str
     recap: dict[str, dict[str, int]]
+    seconds: float = 0.0
 
     def total(self, key: str) -> int:
         return sum(h[key] for h in self.recap.values())
 
 
-def ansible_playbook(inventory: Path, playbook: str, *args: str, timeout: float = 900) -> Run:
-    """Run a playbook from the repository root; returns its exit code, output and recap."""
+def ansible_playbook(inventory: Path, playbook: str, *args: str, timeout: float = 900,
+                     env: dict[str, str] | None = None) -> Run:
+    """Run a playbook from the repository root; returns its exit code, output, recap and
+    wall seconds. env: more environment (a callback to enable)."""
     env = {**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE_CONFIG), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_FORCE_COLOR": "0"}
+           "ANSIBLE_FORCE_COLOR": "0", **(env or {})}
+    start = time.monotonic()
     proc = subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", str(inventory), playbook, *args],
                           cwd=ROOT, capture_output=True, text=True, env=env, timeout=timeout,
                           check=False)
     out = proc.stdout + proc.stderr
     recap = {m[1]: {"ok": int(m[2]), "changed": int(m[3]), "unreachable": int(m[4]),
                     "failed": int(m[5])} for m in RECAP.finditer(out)}
-    return Run(proc.returncode, out, recap)
+    return Run(proc.returncode, out, recap, round(time.monotonic() - start, 1))
 
 
 def _missing_prerequisite() -> str | None:
@@ -130,12 +140,19 @@ def host_sysctls() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def site(lab: labmod.LabState, lab_desc: Description) -> SiteRuns:
-    """playbooks/site.yml on fresh hosts, again (idempotence) and in check mode."""
+    """playbooks/site.yml on fresh hosts, again (idempotence) and in check mode; their
+    times, per role too, go to the site_lab figures."""
     before = host_sysctls()
     inv = labmod.inventory_path(lab_desc)
-    first = ansible_playbook(inv, "playbooks/site.yml")
+    first = ansible_playbook(inv, "playbooks/site.yml", env=PROFILE_ROLES)
     assert first.rc == 0, first.output[-6000:]
     slurm_cluster.mark_converged(lab_desc, "site.yml")  # later bring-ups skip the converge
-    second = ansible_playbook(inv, "playbooks/site.yml")
-    check = ansible_playbook(inv, "playbooks/site.yml", "--check")
+    second = ansible_playbook(inv, "playbooks/site.yml", env=PROFILE_ROLES)
+    check = ansible_playbook(inv, "playbooks/site.yml", "--check", env=PROFILE_ROLES)
+    runs = dict(zip(bench.site_lab.RUNS, (first, second, check), strict=True))
+    bench.write("site_lab", {
+        "hosts": len(lab_desc.nodes), **{f"{k}_s": r.seconds for k, r in runs.items()},
+        "roles_s": {k: {m[1]: float(m[2]) for m in ROLE_TIME.finditer(r.output)
+                        if m[1] != "total"} for k, r in runs.items()}},
+        f"pytest -m integration {bench.site_lab.TEST}")
     return SiteRuns(first, second, check, before)
