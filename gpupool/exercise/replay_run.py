@@ -85,11 +85,15 @@ def _restart_all(s: SlurmLab) -> None:
         s.node_states().get(n, "").rstrip("*") == "idle" for n in onprem_nodes(s.desc)), 90)
 
 
+def _is_baseline(conf: str) -> bool:
+    return BASELINE_MARK in conf.splitlines()
+
+
 def gpupool_conf(s: SlurmLab) -> str | None:
     """The controller's slurm.conf when it holds gpupool's policy (what use_policy can put
     back after the baseline without replaying the role); None under the baseline."""
     current = s.sh(f"cat {CONF}")
-    return None if BASELINE_MARK in current.splitlines() else current
+    return None if _is_baseline(current) else current
 
 
 def use_policy(s: SlurmLab, policy: str, saved: str | None = None) -> None:
@@ -99,9 +103,9 @@ def use_policy(s: SlurmLab, policy: str, saved: str | None = None) -> None:
     baseline is written over it on every node."""
     current = s.sh(f"cat {CONF}")
     if policy == "gpupool":
-        if BASELINE_MARK not in current.splitlines():
+        if not _is_baseline(current):
             return
-        if saved is not None and BASELINE_MARK not in saved.splitlines():
+        if saved is not None and not _is_baseline(saved):
             # Byte for byte (the role's next run finds nothing to change); every node holds
             # the same file (the slurm role).
             for node in s.desc.nodes:

@@ -1,7 +1,7 @@
 """The Slurm policy proven by real jobs on a real Slurm (22.05, Debian 12) in the lab hosts.
 
-One Slurm lab for the module: the session's lab hosts (fixture `lab`), the slurm role
-converged over SSH, jobs submitted on lab-ctl. Every claim is read back from Slurm (squeue,
+One Slurm lab for the module: the session's lab hosts, converged over SSH by the session's
+site.yml (fixture `site`), jobs submitted on lab-ctl. Every claim is read back from Slurm (squeue,
 sacct, sprio, sshare, scontrol). Fixtures, named as such:
 - the lab's GPUs are character devices (major 195) that the role creates from tmpfiles.d:
   slurmd counts and hands them out, nothing computes on them;
