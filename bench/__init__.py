@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 FIGURES_DIR = "GPUPOOL_FIGURES_DIR"  # where write() puts results files; RESULTS if unset
 PROVENANCE = {"command": str, "commit": str, "local_changes": bool, "cpus": int, "date": str,
-              "digest": str}
+              "digest": str, "ansible_strategy?": str}
 
 
 def mismatches(value: Any, shape: Any, where: str = "") -> list[str]:
@@ -97,6 +97,9 @@ def provenance(command: str, figures: Any) -> dict[str, Any]:
             "local_changes": bool(_git("status", "--porcelain", "--", ".",
                                        ":(exclude)bench/results", ":(exclude,glob)**/*.md")),
             "cpus": os.cpu_count() or 0,
+            # Playbook timings depend on it: the lab suite runs under Mitogen's
+            # (tests/integration/conftest.py: playbook_strategy), `make lab` under Ansible's.
+            "ansible_strategy": os.environ.get("ANSIBLE_STRATEGY", "linear"),
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "digest": digest(figures)}
 

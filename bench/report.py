@@ -128,8 +128,10 @@ def _cell(value: Any) -> str:
 
 def _origin(p: dict[str, Any]) -> str:
     changes = ", with local changes" if p["local_changes"] else ""
+    strategy = p.get("ansible_strategy", "linear")
+    playbooks = "" if strategy == "linear" else f", playbooks under the {strategy} strategy"
     return (f"`{p['command']}` at {p['commit'][:10]}{changes}, {p['date']}, "
-            f"{p['cpus']} CPUs")
+            f"{p['cpus']} CPUs{playbooks}")
 
 
 def _summary(name: str) -> str:

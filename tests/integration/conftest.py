@@ -4,6 +4,12 @@ Session fixtures: `lab_lock` (exclusive flock on /tmp/gpupool-lab.lock for the w
 session, bounded wait), `lab` (fresh lab hosts brought up once, torn down at the end) and
 `site` (playbooks/site.yml converged once, then re-run for idempotence and in check mode).
 Other suites (roles/slurm, the acceptance gate) reuse `lab` and `ansible_playbook`.
+
+Every playbook the suite runs, directly or through gpupool, runs under Mitogen's linear
+strategy (`playbook_strategy`): the same tasks and modules, without starting Python afresh
+on every host for every task, which is where the lab's time went. `make lab` converges
+the user's lab with Ansible's own strategy, so CI proves both.
+GPUPOOL_TEST_STRATEGY=linear runs the suite under Ansible's own too.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import ansible_mitogen
 import pytest
 
 import bench.site_lab
@@ -34,6 +41,30 @@ RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+f
 ROLE_TIME = re.compile(r"^(\S+) -+ (\d+\.\d+)s$", re.M)
 PROFILE_ROLES = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_roles",
                  "PROFILE_ROLES_SUMMARY_ONLY": "true"}
+
+
+STRATEGY = "GPUPOOL_TEST_STRATEGY"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def playbook_strategy() -> Iterator[str]:
+    """Mitogen's linear strategy (unless GPUPOOL_TEST_STRATEGY names Ansible's `linear`)
+    for every ansible-playbook the session starts: set in the environment they inherit.
+    bench.write records it with the figures."""
+    wanted = os.environ.get(STRATEGY, "mitogen_linear")
+    if wanted not in ("mitogen_linear", "linear"):
+        pytest.exit(f"{STRATEGY}={wanted!r}: expected mitogen_linear or linear", 2)
+    saved = {k: os.environ.get(k) for k in ("ANSIBLE_STRATEGY", "ANSIBLE_STRATEGY_PLUGINS")}
+    os.environ["ANSIBLE_STRATEGY"] = wanted
+    if wanted == "mitogen_linear":
+        plugins = Path(ansible_mitogen.__file__).parent / "plugins" / "strategy"
+        os.environ["ANSIBLE_STRATEGY_PLUGINS"] = str(plugins)
+    yield wanted
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @dataclass
