@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpupool.render import flows, node_labels, slurm
+from gpupool.render import flows, node_labels, scheduling, slurm
 from gpupool.render import mig_config as mig_render
 from gpupool.spec.catalog import INSTANCE_TYPES
 from gpupool.spec.connection import Connection
@@ -57,6 +57,8 @@ def pool_vars(desc: Description) -> dict[str, Any]:
         # The health loop's timer and policy (roles/acceptance_gate, gpupool/gate/health.py),
         # durations in seconds so no role parses them.
         "gpupool_health": health_plan(desc),
+        # Idle-GPU reclaim per task class (gpupool/render/scheduling.py), for the controller.
+        "gpupool_idle_reclaim": scheduling.idle_reclaim_plan(desc),
         **({"gpupool_description_file": str(desc.source)} if desc.source else {}),
     }
 

@@ -49,3 +49,11 @@ def team_quotas(desc: Description) -> list[TeamQuota]:
 def preemption_pairs(desc: Description) -> set[tuple[str, str]]:
     """(preemptor, victim) class pairs the policy allows."""
     return preemption_wanted(desc)
+
+
+def idle_reclaim_plan(desc: Description) -> dict[str, dict[str, int | str]]:
+    """Per class that declares it, the idle-GPU reclaim the controller's timer applies
+    (roles/idle_reclaim, gpupool/onhost/idle_reclaim.py), durations in seconds."""
+    return {name: {"after_s": duration_seconds(r.after), "warn_s": duration_seconds(r.warn),
+                   "action": r.action.value, "threshold_percent": r.threshold_percent}
+            for name, c in desc.task_classes.items() if (r := c.idle_reclaim)}

@@ -221,6 +221,23 @@ class Team(Strict):
     members: dict[Role, list[User]] = {}
 
 
+class ReclaimAction(StrEnum):
+    CANCEL = "cancel"
+    REQUEUE = "requeue"
+
+
+class IdleReclaim(Strict):
+    """GPUs a class's job holds but does not use are given back: a job whose every GPU
+    stayed at or below `threshold_percent` utilization for `after` is warned, and ended or
+    requeued `warn` later if they are still idle (gpupool/onhost/idle_reclaim.py, run on
+    the controller by roles/idle_reclaim from dcgm-exporter's per-job series)."""
+
+    after: Duration
+    warn: Duration = "10m"
+    action: ReclaimAction = ReclaimAction.CANCEL
+    threshold_percent: Annotated[Int, Field(ge=0, le=50)] = 0
+
+
 class TaskClass(Strict):
     priority: Annotated[Int, Field(ge=1, le=1_000_000)]
     max_runtime: Duration
@@ -228,6 +245,7 @@ class TaskClass(Strict):
     grace_time: Duration = "0s"
     requeue: bool = False
     preempts: list[str] = []
+    idle_reclaim: IdleReclaim | None = None
     description: str = ""
 
 

@@ -44,9 +44,12 @@ from gpupool.spec.model import (
     Description,
     Egress,
     Gpu,
+    IdleReclaim,
     MigStrategy,
     NodeRole,
     Purpose,
+    ReclaimAction,
+    TaskClass,
     Temperature,
     duration_seconds,
     older_than,
@@ -495,6 +498,8 @@ def task_classes(desc: Description) -> Iterator[Problem]:
             yield Problem(f"{path}.grace_time", "grace-below-runtime",
                           f"grace time must be shorter than max_runtime {tc.max_runtime}",
                           tc.grace_time)
+        if tc.idle_reclaim:
+            yield from _idle_reclaim(f"{path}.idle_reclaim", tc.idle_reclaim, tc)
         for i, victim in enumerate(tc.preempts):
             vpath = f"{path}.preempts[{i}]"
             target = classes.get(victim)
@@ -507,6 +512,27 @@ def task_classes(desc: Description) -> Iterator[Problem]:
                 yield Problem(vpath, "preempt-lower-priority",
                               f"{victim} has priority {target.priority}, not below "
                               f"{tc.priority}", victim)
+
+
+# Prometheus must have seen the idle GPUs for a few scrapes (15 s in the monitoring role)
+# and the controller's timer must have run (every minute) before a job is judged idle.
+IDLE_RECLAIM_MIN_S = 60
+
+
+def _idle_reclaim(path: str, reclaim: IdleReclaim, tc: TaskClass) -> Iterator[Problem]:
+    after, warn = duration_seconds(reclaim.after), duration_seconds(reclaim.warn)
+    if after < IDLE_RECLAIM_MIN_S:
+        yield Problem(f"{path}.after", "idle-window-minimum",
+                      f"GPUs are judged idle over at least {IDLE_RECLAIM_MIN_S}s",
+                      reclaim.after)
+    elif after + warn >= duration_seconds(tc.max_runtime):
+        yield Problem(f"{path}.after", "idle-before-runtime",
+                      f"after + warn ({reclaim.warn}) must be shorter than max_runtime "
+                      f"{tc.max_runtime}, or no job is ever reclaimed", reclaim.after)
+    if reclaim.action == ReclaimAction.REQUEUE and not tc.requeue:
+        yield Problem(f"{path}.action", "idle-requeue-needs-requeue",
+                      "requeue needs a class whose jobs are requeued (requeue: true)",
+                      reclaim.action.value)
 
 
 @rule("storage_tiers")

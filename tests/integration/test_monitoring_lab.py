@@ -4,7 +4,9 @@ agrees with Slurm's own view while jobs of two teams and three classes run, wait
 finish and a node is drained; Prometheus (Debian's package) scrapes it with the project's
 rules loaded and agrees too; a drained node's alert reaches a webhook receiver through
 Alertmanager and resolves when the node is back; every GPU node's (FIXTURE) dcgm-exporter is
-scraped and labels the GPUs a job holds with the job. What is asserted is agreement and
+scraped and labels the GPUs a job holds with the job; a job of a class with idle-GPU reclaim
+is warned and cancelled from that evidence, and one of a class without is not. What is
+asserted is agreement and
 delivery, never a duration (the delivery time is a figure: bench/monitoring_lab.py)."""
 
 from __future__ import annotations
@@ -191,9 +193,11 @@ http.server.HTTPServer(('127.0.0.1', {SINK_PORT}), H).serve_forever()
 ALERT_FOR = "30s"
 
 
-def monitoring_role(s: slurm_cluster.SlurmLab, extra: dict[str, Any] | None = None) -> None:
-    """The monitoring role on the controller again, with extra variables (or none)."""
-    args = ["--tags", "monitoring", "--limit", controller(s.desc)]
+def monitoring_role(s: slurm_cluster.SlurmLab, extra: dict[str, Any] | None = None,
+                    tag: str = "monitoring") -> None:
+    """The monitoring role (or another of slurm.yml's controller roles, by its tag) on the
+    controller again, with extra variables (or none)."""
+    args = ["--tags", tag, "--limit", controller(s.desc)]
     if extra:
         args += ["-e", json.dumps(extra)]
     run = ansible_playbook(hosts.inventory_path(s.desc), "playbooks/slurm.yml", *args,
@@ -360,3 +364,65 @@ def test_a_job_that_stops_checkpointing_alerts_until_it_checkpoints(
 
     pool.sh("systemctl start gpupool-checkpoint-age.service", node)
     wait_for("the ended job's series gone from Prometheus", lambda: not promql(pool, query), 120)
+
+
+def test_an_idle_job_is_warned_then_cancelled_and_recorded(pool: slurm_cluster.SlurmLab
+                                                           ) -> None:
+    """Idle-GPU reclaim (issue 16, role idle_reclaim): a running job of a class that
+    declares idle_reclaim, whose GPUs report idle in Prometheus for the class's window, is
+    warned in its AdminComment, then cancelled after the warning, each step recorded
+    (accounting, journal, gpupool_idle_reclaim_total); an equally idle job of a class
+    without the rule runs on.
+
+    The lab's interactive class reclaims after 30 minutes; the role runs here with a
+    60 s window and a 30 s warning in its policy (the variable the description fills), and
+    the test starts the service itself instead of waiting for the timer, which is stopped
+    meanwhile and put back after. The FIXTURE dcgm-exporter reports 0 for every GPU, so
+    every job is idle by construction: what is proven is the wiring from Prometheus and
+    squeue to Slurm's actions, nothing about GPU behaviour."""
+    desc = pool.desc
+    team = next(iter(desc.teams))
+    ruled = next(n for n, c in desc.task_classes.items() if c.idle_reclaim)
+    other = next(n for n, c in desc.task_classes.items() if not c.idle_reclaim)
+    policy = {ruled: {"after_s": 60, "warn_s": 30, "action": "cancel",
+                      "threshold_percent": 0}}
+    service = "gpupool-idle-reclaim"
+    monitoring_role(pool, {"idle_reclaim_policy": policy}, tag="idle_reclaim")
+    pool.sh(f"systemctl stop {service}.timer")
+    script = "#!/bin/bash\nsleep 600\n"
+    idle = pool.sbatch(f"-p {ruled}", f"-A {team}", "--gpus=1", "-C onprem", script=script)
+    spared = pool.sbatch(f"-p {other}", f"-A {team}", "--gpus=1", "-C onprem", script=script)
+    try:
+        wait_for("both jobs running", lambda: {pool.state(idle), pool.state(spared)}
+                 == {"RUNNING"}, 120)
+
+        def comment(job: str) -> str:
+            # Raw: the comment holds spaces, which pool.job's parsing splits on.
+            out = pool.sh(f"scontrol -o show job {job}")
+            return out.split("AdminComment=", 1)[1] if "AdminComment=" in out else ""
+
+        def judged(step: str) -> bool:
+            pool.sh(f"systemctl start {service}.service")  # a oneshot: returns when done
+            if comment(idle).startswith(f"gpupool idle-reclaim {step}"):
+                return True
+            time.sleep(5)  # a few scrapes between two judgements, as the timer would
+            return False
+
+        wait_for("the idle job warned", lambda: judged("warned"), 240)
+        assert pool.state(idle) == "RUNNING"
+        wait_for("the idle job cancelled", lambda: judged("cancelled")
+                 and pool.state(idle) == "CANCELLED", 180)
+        assert pool.state(spared) == "RUNNING"
+        assert not comment(spared).startswith("gpupool")
+        (record,) = pool.sacct(idle, "State,AdminComment")
+        assert record["State"].startswith("CANCELLED")
+        assert "gpupool idle-reclaim cancelled" in record["AdminComment"]
+        journal = pool.sh(f"journalctl -u {service} --no-pager -o cat")
+        assert f"job {idle} (class {ruled}, team {team}): warned" in journal
+        assert f"job {idle} (class {ruled}, team {team}): cancelled" in journal
+        prom = pool.sh("cat /var/lib/prometheus/node-exporter/gpupool_idle_reclaim.prom")
+        assert (f'gpupool_idle_reclaim_total{{class="{ruled}",step="cancelled",'
+                f'team="{team}"}}') in prom
+    finally:
+        pool.cancel_all()
+        monitoring_role(pool, tag="idle_reclaim")  # the description's policy, timer on

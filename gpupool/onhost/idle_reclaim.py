@@ -1,0 +1,301 @@
+"""Idle-GPU reclaim on the controller: a running job of a task class that declares
+`idle_reclaim` whose GPUs all stayed at or below the class's threshold for its `after` is
+warned; if they are still idle `warn` later, the job is cancelled or requeued, as the class
+says. GPUs held and unused are what keeps a shared pool at 30-45 % while others queue.
+
+Evidence comes from dcgm-exporter's per-job series (DCGM_FI_DEV_GPU_UTIL{hpc_job="<id>"},
+which the dcgm role's prolog makes possible) through Prometheus; the jobs from squeue. No
+evidence, no action: a job younger than the window, with fewer than MIN_SAMPLES samples per
+GPU in it, or whose series are missing (exporter down, no job map), is left alone, and so
+is every job when Prometheus or Slurm does not answer (the run exits 1 and says why).
+
+What is recorded, for the user and for on-call: the job's AdminComment in Slurm (kept in
+accounting: `sacct -o JobID,AdminComment`), a line in the journal per step, and
+`gpupool_idle_reclaim_total{class, team, step}` (step: warned, cleared, cancelled,
+requeued) for node_exporter's textfile collector. A warning also goes to the job's srun
+or salloc with `scontrol notify`, where it has one.
+
+State between runs (which jobs were warned, when, and the counts) is one JSON file,
+replaced atomically. The roles/idle_reclaim timer runs this as root every minute:
+
+    python3 idle_reclaim.py --config /etc/gpupool/idle-reclaim.json \
+        --state /var/lib/gpupool/idle-reclaim/state.json \
+        --textfile /var/lib/prometheus/node-exporter/gpupool_idle_reclaim.prom
+
+The configuration: {"prometheus": "http://10.0.0.1:9090", "classes": {"interactive":
+{"after_s": 1800, "warn_s": 600, "action": "cancel", "threshold_percent": 0}}}.
+
+Like the other gpupool/onhost programs it runs with the system python3 and Debian's
+python3-prometheus-client only, copied to the controller as is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, write_to_textfile
+
+log = logging.getLogger("gpupool-idle-reclaim")
+
+COMMAND_TIMEOUT_S = 10.0
+QUERY_TIMEOUT_S = 10.0
+MIN_SAMPLES = 3  # per GPU series in the window: a gap in scraping is not idleness
+# %A: the unique job id, also of an array task: the id the prolog maps GPUs to.
+SQUEUE = ["squeue", "-h", "-a", "-t", "R", "-o", "%A|%P|%a|%S"]
+METRIC = "DCGM_FI_DEV_GPU_UTIL"
+JOB_ID = re.compile(r"[0-9]{1,12}")
+NAME = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]{0,62}")
+URL = re.compile(r"https?://[A-Za-z0-9.:\[\]-]+")
+STEPS = ("warned", "cleared", "cancelled", "requeued")
+DONE = {"cancel": "cancelled", "requeue": "requeued"}  # a class's action, as a step
+COMMAND = {"cancelled": ["scancel"], "requeued": ["scontrol", "requeue"]}
+
+Run = Callable[[list[str]], str]
+Query = Callable[[str], dict[str, float]]
+
+
+class Unavailable(RuntimeError):
+    """Slurm or Prometheus did not answer, or answered something unreadable."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    after_s: int
+    warn_s: int
+    action: str  # cancel | requeue
+    threshold_percent: int
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    klass: str
+    team: str
+    start: float
+
+
+def load_config(text: str) -> tuple[str, dict[str, Rule]]:
+    """Prometheus' URL and the rules per class (gpupool_idle_reclaim, rendered from the
+    description); ValueError names what is wrong."""
+    data = json.loads(text)
+    if not isinstance(data, dict) or not isinstance(data.get("classes"), dict):
+        raise ValueError("expected {prometheus: URL, classes: {class: rule}}")
+    url = data.get("prometheus")
+    if not isinstance(url, str) or not URL.fullmatch(url):
+        raise ValueError(f"prometheus {url!r} is not an http(s)://host:port URL")
+    rules = {}
+    for name, raw in data["classes"].items():
+        if not NAME.fullmatch(str(name)) or not isinstance(raw, dict):
+            raise ValueError(f"class {name!r}: not a class name with a rule")
+        try:
+            rule = Rule(int(raw["after_s"]), int(raw["warn_s"]), str(raw["action"]),
+                        int(raw["threshold_percent"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"class {name}: {e!r}") from e
+        if rule.action not in DONE or rule.after_s < 1 or rule.warn_s < 0 \
+                or not 0 <= rule.threshold_percent <= 100:
+            raise ValueError(f"class {name}: {raw}")
+        rules[name] = rule
+    return url, rules
+
+
+def run_command(argv: list[str]) -> str:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise Unavailable(f"{argv[0]}: {e}") from e
+    if proc.returncode != 0:
+        raise Unavailable(f"{argv[0]} exited {proc.returncode}: {proc.stderr.strip()[:300]}")
+    return proc.stdout
+
+
+def running_jobs(run: Run, classes: set[str]) -> list[Job]:
+    """Running jobs of the given classes (a class is a partition)."""
+    jobs = []
+    for line in run(SQUEUE).splitlines():
+        parts = line.split("|")
+        if len(parts) != 4 or not JOB_ID.fullmatch(parts[0]) or parts[1] not in classes:
+            continue
+        try:
+            start = datetime.fromisoformat(parts[3]).timestamp()
+        except ValueError:
+            continue  # no start time: not judged
+        jobs.append(Job(parts[0], parts[1], parts[2], start))
+    return jobs
+
+
+def prometheus_query(base_url: str) -> Query:
+    """A PromQL instant query against base_url: {hpc_job: value} of its vector."""
+    def query(promql: str) -> dict[str, float]:
+        url = f"{base_url}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
+        try:
+            with urllib.request.urlopen(url, timeout=QUERY_TIMEOUT_S) as resp:  # noqa: S310
+                body = json.load(resp)
+        except (OSError, ValueError, urllib.error.URLError) as e:
+            raise Unavailable(f"Prometheus {base_url}: {e}") from e
+        if not isinstance(body, dict) or body.get("status") != "success":
+            raise Unavailable(f"Prometheus {base_url}: {str(body)[:300]}")
+        out = {}
+        for sample in body.get("data", {}).get("result", []):
+            job = sample.get("metric", {}).get("hpc_job", "")
+            try:
+                out[job] = float(sample["value"][1])
+            except (KeyError, IndexError, TypeError, ValueError):
+                continue
+        return out
+    return query
+
+
+def idle_jobs(query: Query, window_s: int, threshold: int) -> set[str]:
+    """Jobs whose every GPU series has at least MIN_SAMPLES samples in the window and
+    none above the threshold."""
+    selector = f'{METRIC}{{hpc_job!=""}}[{window_s}s]'
+    peak = query(f"max by (hpc_job) (max_over_time({selector}))")
+    fewest = query(f"min by (hpc_job) (count_over_time({selector}))")
+    return {j for j, v in peak.items()
+            if v <= threshold and fewest.get(j, 0) >= MIN_SAMPLES and JOB_ID.fullmatch(j)}
+
+
+def act(run: Run, job: Job, step: str, note: str) -> bool:
+    """One step on a job, recorded in its AdminComment first; False when Slurm refused
+    (the job ended meanwhile, say). A warning's notify is best effort: a batch job has no
+    srun or salloc to tell."""
+    comment = f"gpupool idle-reclaim {step} {time.strftime('%Y-%m-%dT%H:%M:%S')}: {note}"
+    try:
+        run(["scontrol", "update", f"JobId={job.id}", f"AdminComment={comment}"])
+        if step in COMMAND:
+            run([*COMMAND[step], job.id])
+    except Unavailable as e:
+        log.error("job %s: %s not taken: %s", job.id, step, e)
+        return False
+    if step == "warned":
+        try:
+            run(["scontrol", "notify", job.id, f"gpupool: {note}"])
+        except Unavailable as e:
+            log.info("job %s: no srun or salloc to notify (%s)", job.id, e)
+    log.warning("job %s (class %s, team %s): %s: %s", job.id, job.klass, job.team, step, note)
+    return True
+
+
+def reclaim(rules: dict[str, Rule], state: dict[str, Any], run: Run, query: Query,
+            now: float) -> dict[str, Any]:
+    """One pass; returns the new state ({"warned": {job: epoch}, "counts": {...}})."""
+    warned: dict[str, float] = dict(state.get("warned", {}))
+    counts: dict[str, int] = dict(state.get("counts", {}))
+    jobs = running_jobs(run, set(rules))
+    windows = {(r.after_s, r.threshold_percent) for r in rules.values()}
+    idle = {w: idle_jobs(query, *w) for w in windows}
+    for job in jobs:
+        rule = rules[job.klass]
+        is_idle = job.id in idle[(rule.after_s, rule.threshold_percent)] \
+            and now - job.start >= rule.after_s
+        if job.id not in warned and is_idle:
+            step = "warned"
+            note = (f"its GPUs have been idle for {rule.after_s}s; the job will be "
+                    f"{DONE[rule.action]} in {rule.warn_s}s unless they are used")
+        elif job.id in warned and not is_idle:
+            step, note = "cleared", "its GPUs are in use again"
+        elif job.id in warned and now - warned[job.id] >= rule.warn_s:
+            step = DONE[rule.action]
+            note = f"its GPUs stayed idle {rule.warn_s}s after the warning"
+        else:
+            continue
+        if not act(run, job, step, note):
+            continue
+        if step == "warned":
+            warned[job.id] = now
+        else:
+            warned.pop(job.id, None)
+        key = f"{job.klass}|{job.team}|{step}"
+        counts[key] = counts.get(key, 0) + 1
+    # A warned job that ended by itself is forgotten.
+    running = {j.id for j in jobs}
+    return {"warned": {j: t for j, t in warned.items() if j in running}, "counts": counts}
+
+
+def write_state(path: str, state: dict[str, Any]) -> None:
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".idle-reclaim.")
+    with os.fdopen(fd, "w") as f:
+        json.dump(state, f, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def read_state(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        log.error("state %s unreadable (%s): starting afresh", path, e)
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    # Only well-formed entries survive: a damaged file costs warnings, never a crash.
+    def entries(key: str, kind: type | tuple[type, ...]) -> dict[str, Any]:
+        raw = data.get(key)
+        return {k: v for k, v in raw.items() if isinstance(v, kind) and not isinstance(v, bool)
+                } if isinstance(raw, dict) else {}
+    return {"warned": entries("warned", (int, float)), "counts": entries("counts", int)}
+
+
+def write_textfile(path: str, counts: dict[str, int]) -> None:
+    registry = CollectorRegistry()
+    total = Counter("gpupool_idle_reclaim", "Idle-GPU reclaim steps taken, per class and team",
+                    ["class", "team", "step"], registry=registry)
+    for key, n in sorted(counts.items()):
+        klass, team, step = [*key.split("|"), "", "", ""][:3]
+        if step in STEPS:
+            total.labels(klass, team, step).inc(n)
+    write_to_textfile(path, registry)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="idle_reclaim", description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", required=True, help="JSON: Prometheus' URL, class -> rule")
+    p.add_argument("--state", required=True, help="JSON state between runs")
+    p.add_argument("--textfile", default="", help="node_exporter textfile to write")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        with open(args.config, encoding="utf-8") as f:
+            url, rules = load_config(f.read())
+    except (OSError, ValueError) as e:
+        log.error("configuration %s: %s", args.config, e)
+        return 2
+    state = read_state(args.state)
+    if rules:
+        try:
+            state = reclaim(rules, state, run_command, prometheus_query(url), time.time())
+        except Unavailable as e:
+            log.error("nothing judged this time: %s", e)
+            return 1
+        write_state(args.state, state)
+    if args.textfile:
+        write_textfile(args.textfile, state.get("counts", {}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""Idle-GPU reclaim (gpupool/onhost/idle_reclaim.py): the rule from the description to the
+controller's configuration, and one pass's decisions with Slurm's commands and Prometheus
+answered by FIXTURES (a recorded command log and canned query results; the real squeue,
+scontrol, Prometheus and dcgm-exporter's job map run in
+tests/integration/test_monitoring_lab.py)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpupool.onhost import idle_reclaim as ir
+from gpupool.render import inventory, scheduling
+from tests.conftest import lab_description
+
+NOW = 1_000_000.0
+RULE = ir.Rule(after_s=600, warn_s=120, action="cancel", threshold_percent=0)
+START = "2026-12-01T10:00:00"
+
+
+class FakeSlurm:
+    """FIXTURE Slurm: squeue answers the given running jobs; every command is recorded;
+    commands whose first words are in `refuse` fail as Slurm would."""
+
+    def __init__(self, squeue: str, refuse: tuple[str, ...] = ()) -> None:
+        self.squeue, self.refuse, self.calls = squeue, refuse, []
+
+    def __call__(self, argv: list[str]) -> str:
+        self.calls.append(argv)
+        if argv[0] == "squeue":
+            return self.squeue
+        if " ".join(argv[:2]) in self.refuse or argv[0] in self.refuse:
+            raise ir.Unavailable(f"{argv[0]}: Invalid job id specified")
+        return ""
+
+    def taken(self) -> list[list[str]]:
+        return [c for c in self.calls if c[0] != "squeue"]
+
+
+def fake_query(peak: dict[str, float], samples: dict[str, float]) -> ir.Query:
+    """FIXTURE Prometheus: the peak query answers `peak`, the sample count `samples`."""
+    def query(promql: str) -> dict[str, float]:
+        assert 'DCGM_FI_DEV_GPU_UTIL{hpc_job!=""}[600s]' in promql, promql
+        return peak if promql.startswith("max by") else samples
+    return query
+
+
+def started(seconds_ago: float) -> str:
+    """A start time as squeue prints it: local time."""
+    return datetime.fromtimestamp(NOW - seconds_ago).isoformat(timespec="seconds")
+
+
+def one_pass(squeue: str, peak: dict[str, float], state: dict[str, Any] | None = None,
+             samples: dict[str, float] | None = None, now: float = NOW,
+             refuse: tuple[str, ...] = ()) -> tuple[dict[str, Any], FakeSlurm]:
+    slurm = FakeSlurm(squeue, refuse)
+    counts = samples if samples is not None else dict.fromkeys(peak, 40.0)
+    out = ir.reclaim({"interactive": RULE}, state or {}, slurm, fake_query(peak, counts), now)
+    return out, slurm
+
+
+def test_the_description_s_rule_reaches_the_controller_in_seconds() -> None:
+    desc = lab_description()
+    plan = scheduling.idle_reclaim_plan(desc)
+    assert plan == {"interactive": {"after_s": 1800, "warn_s": 600, "action": "cancel",
+                                    "threshold_percent": 0}}
+    assert inventory.pool_vars(desc)["gpupool_idle_reclaim"] == plan
+    url, rules = ir.load_config(json.dumps({"prometheus": "http://10.0.0.1:9090",
+                                            "classes": plan}))
+    assert url == "http://10.0.0.1:9090"
+    assert rules == {"interactive": ir.Rule(1800, 600, "cancel", 0)}
+
+
+@pytest.mark.parametrize("config", [
+    [], {"classes": {}}, {"prometheus": "http://x:9090"},
+    {"prometheus": "http://x:9090 --evil", "classes": {}},
+    {"prometheus": "file:///etc/shadow", "classes": {}},
+    {"prometheus": "http://x:9090", "classes": {"a\nb": {}}},
+    {"prometheus": "http://x:9090", "classes": {"a": {"after_s": "x"}}},
+    {"prometheus": "http://x:9090", "classes": {"a": {"after_s": 60, "warn_s": 0,
+                                                      "action": "rm -rf /",
+                                                      "threshold_percent": 0}}},
+])
+def test_a_malformed_configuration_is_refused(config: Any) -> None:
+    with pytest.raises(ValueError):
+        ir.load_config(json.dumps(config))
+
+
+def test_an_idle_job_is_warned_then_cancelled_after_the_warning() -> None:
+    squeue = f"41|interactive|vision|{started(700)}\n"
+    state, slurm = one_pass(squeue, {"41": 0.0})
+    assert state["warned"] == {"41": NOW}
+    taken = slurm.taken()
+    assert taken[0][:3] == ["scontrol", "update", "JobId=41"]
+    assert taken[0][3].startswith("AdminComment=gpupool idle-reclaim warned ")
+    assert taken[1][:3] == ["scontrol", "notify", "41"]
+    assert not any(c[0] == "scancel" for c in taken)
+
+    # Within the warning: nothing more.
+    state, slurm = one_pass(squeue, {"41": 0.0}, state, now=NOW + 60)
+    assert slurm.taken() == [] and state["warned"] == {"41": NOW}
+
+    state, slurm = one_pass(squeue, {"41": 0.0}, state, now=NOW + 120)
+    assert ["scancel", "41"] in slurm.taken()
+    assert state == {"warned": {}, "counts": {"interactive|vision|warned": 1,
+                                             "interactive|vision|cancelled": 1}}
+
+
+def test_a_warned_job_that_uses_its_gpus_again_is_cleared() -> None:
+    squeue = f"41|interactive|vision|{started(700)}\n"
+    state, _ = one_pass(squeue, {"41": 0.0})
+    state, slurm = one_pass(squeue, {"41": 35.0}, state, now=NOW + 200)
+    assert state["warned"] == {}
+    assert state["counts"]["interactive|vision|cleared"] == 1
+    assert not any(c[0] == "scancel" for c in slurm.taken())
+
+
+def test_requeue_is_the_class_s_other_action() -> None:
+    slurm = FakeSlurm(f"7|deferred|nlp|{started(900)}\n")
+    rule = ir.Rule(600, 0, "requeue", 0)
+    state = ir.reclaim({"deferred": rule}, {"warned": {"7": NOW - 1}}, slurm,
+                       fake_query({"7": 0.0}, {"7": 40.0}), NOW)
+    assert ["scontrol", "requeue", "7"] in slurm.taken()
+    assert state["counts"] == {"deferred|nlp|requeued": 1}
+
+
+@pytest.mark.parametrize(("why", "squeue", "peak", "samples"), [
+    ("busy", f"41|interactive|vision|{started(700)}", {"41": 3.0}, {"41": 40.0}),
+    ("younger than the window", f"41|interactive|vision|{started(300)}", {"41": 0.0},
+     {"41": 40.0}),
+    ("too few samples", f"41|interactive|vision|{started(700)}", {"41": 0.0}, {"41": 2.0}),
+    ("no series (exporter down, no job map)", f"41|interactive|vision|{started(700)}", {},
+     {}),
+    ("a class without a rule", f"41|training|vision|{started(700)}", {"41": 0.0},
+     {"41": 40.0}),
+    ("not a job id", f"41 ;reboot|interactive|vision|{started(700)}", {"41 ;reboot": 0.0},
+     {"41 ;reboot": 40.0}),
+    ("no start time", "41|interactive|vision|N/A", {"41": 0.0}, {"41": 40.0}),
+])
+def test_no_evidence_no_action(why: str, squeue: str, peak: dict[str, float],
+                               samples: dict[str, float]) -> None:
+    state, slurm = one_pass(squeue + "\n", peak, samples=samples)
+    assert slurm.taken() == [], why
+    assert state == {"warned": {}, "counts": {}}
+
+
+def test_a_step_slurm_refuses_is_not_counted_and_the_pass_goes_on() -> None:
+    squeue = (f"41|interactive|vision|{started(700)}\n"
+              f"42|interactive|nlp|{started(700)}\n")
+    state = {"warned": {"41": NOW - 500, "42": NOW - 500}}
+    out, slurm = one_pass(squeue, {"41": 0.0, "42": 0.0}, state, refuse=("scancel",))
+    assert [c for c in slurm.taken() if c[0] == "scancel"] == [["scancel", "41"],
+                                                              ["scancel", "42"]]
+    assert out["counts"] == {} and set(out["warned"]) == {"41", "42"}  # tried again next
+
+
+def test_a_warned_job_that_ended_by_itself_is_forgotten() -> None:
+    state, _ = one_pass("", {}, {"warned": {"41": NOW - 10}, "counts": {"a|b|warned": 1}})
+    assert state == {"warned": {}, "counts": {"a|b|warned": 1}}
+
+
+def test_damaged_state_is_read_as_empty_and_counts_reach_the_textfile(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    path.write_text("{not json")
+    assert ir.read_state(str(path)) == {}
+    path.write_text(json.dumps({"warned": {"41": "soon", "42": 5.0},
+                                "counts": {"a|b|warned": True, "a|b|cancelled": 2}}))
+    state = ir.read_state(str(path))
+    assert state == {"warned": {"42": 5.0}, "counts": {"a|b|cancelled": 2}}
+    ir.write_state(str(path), state)
+    assert json.loads(path.read_text()) == state
+    prom = tmp_path / "idle.prom"
+    ir.write_textfile(str(prom), {**state["counts"], 'x"y|b|bogus': 3})
+    text = prom.read_text()
+    assert 'gpupool_idle_reclaim_total{class="a",step="cancelled",team="b"} 2.0' in text
+    assert "bogus" not in text
+
+
+class _Prometheus(http.server.BaseHTTPRequestHandler):
+    """FIXTURE Prometheus on loopback: answers every query with the server's `answer`."""
+
+    def do_GET(self) -> None:
+        body = self.server.answer  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def prometheus() -> Iterator[http.server.HTTPServer]:
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Prometheus)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_queries_read_prometheus_s_vector_and_refuse_anything_else(
+        prometheus: http.server.HTTPServer) -> None:
+    url = f"http://127.0.0.1:{prometheus.server_address[1]}"
+    query = ir.prometheus_query(url)
+    result = [{"metric": {"hpc_job": "41"}, "value": [1, "0"]},
+              {"metric": {"hpc_job": "42"}, "value": [1, "NaN-ish"]}]
+    answer = {"status": "success", "data": {"resultType": "vector", "result": result}}
+    prometheus.answer = json.dumps(answer).encode()  # type: ignore[attr-defined]
+    assert query("up") == {"41": 0.0}
+    for answer in (b"<html>", b'{"status": "error", "error": "bad_data"}'):
+        prometheus.answer = answer  # type: ignore[attr-defined]
+        with pytest.raises(ir.Unavailable):
+            query("up")
+
+
+def test_main_says_why_nothing_was_judged(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "config.json"
+    state = tmp_path / "state.json"
+    config.write_text(json.dumps({"prometheus": "http://127.0.0.1:9", "classes": {
+        "interactive": {"after_s": 600, "warn_s": 60, "action": "cancel",
+                        "threshold_percent": 0}}}))
+    monkeypatch.setattr(ir, "run_command", FakeSlurm(f"41|interactive|v|{START}\n"))
+    assert ir.main(["--config", str(config), "--state", str(state)]) == 1
+    assert "nothing judged this time: Prometheus http://127.0.0.1:9" in caplog.text
+    assert not state.exists()
+    config.write_text("[]")
+    assert ir.main(["--config", str(config), "--state", str(state)]) == 2
+    assert ir.main(["--config", str(tmp_path / "missing"), "--state", str(state)]) == 2
