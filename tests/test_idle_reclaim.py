@@ -166,6 +166,14 @@ def test_a_warned_job_that_ended_by_itself_is_forgotten() -> None:
     assert state == {"warned": {}, "counts": {"a|b|warned": 1}}
 
 
+def test_prometheus_is_not_asked_when_no_job_of_a_ruled_class_runs() -> None:
+    def down(promql: str) -> dict[str, float]:
+        raise ir.Unavailable("Prometheus down")
+    slurm = FakeSlurm(f"41|training|vision|{started(700)}\n")
+    assert ir.reclaim({"interactive": RULE}, {}, slurm, down, NOW) == {"warned": {},
+                                                                        "counts": {}}
+
+
 def test_damaged_state_is_read_as_empty_and_counts_reach_the_textfile(tmp_path: Path) -> None:
     path = tmp_path / "state.json"
     path.write_text("{not json")

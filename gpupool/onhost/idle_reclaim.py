@@ -199,7 +199,8 @@ def reclaim(rules: dict[str, Rule], state: dict[str, Any], run: Run, query: Quer
     warned: dict[str, float] = dict(state.get("warned", {}))
     counts: dict[str, int] = dict(state.get("counts", {}))
     jobs = running_jobs(run, set(rules))
-    windows = {(r.after_s, r.threshold_percent) for r in rules.values()}
+    # Prometheus is asked only when there is a job to judge.
+    windows = {(rules[j.klass].after_s, rules[j.klass].threshold_percent) for j in jobs}
     idle = {w: idle_jobs(query, *w) for w in windows}
     for job in jobs:
         rule = rules[job.klass]
