@@ -25,6 +25,20 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=120, check=False)
 
 
+# The raw series a query can read: gpupool's own, DCGM's fields, node_exporter's.
+RAW_SERIES = re.compile(r"\b(gpupool_[a-z0-9_]+|DCGM_FI_[A-Z0-9_]+|node_[a-z0-9_]+)\b")
+
+
+def series_read() -> set[str]:
+    """Every raw series the rules and the dashboard read (recorded ones excluded): what a
+    Prometheus must have scraped for no panel and no alert to stay empty."""
+    rules = yaml.safe_load((MON / "rules" / "gpupool.rules.yml").read_text())
+    exprs = [r["expr"] for g in rules["groups"] for r in g["rules"]]
+    dash = json.loads((MON / "dashboards" / "gpupool-pool.json").read_text())
+    exprs += [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    return {name for e in exprs for name in RAW_SERIES.findall(e)}
+
+
 def test_rules_are_valid() -> None:
     proc = _promtool("check", "rules", str(MON / "rules" / "gpupool.rules.yml"))
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -5,7 +5,8 @@ finish and a node is drained; Prometheus (Debian's package) scrapes it with the 
 rules loaded and agrees too; a drained node's alert reaches a webhook receiver through
 Alertmanager and resolves when the node is back; every GPU node's (FIXTURE) dcgm-exporter is
 scraped and labels the GPUs a job holds with the job; a job of a class with idle-GPU reclaim
-is warned and cancelled from that evidence, and one of a class without is not. What is
+is warned and cancelled from that evidence, and one of a class without is not; by the end,
+every series the rules and the dashboard read has been scraped. What is
 asserted is agreement and
 delivery, never a duration (the delivery time is a figure: bench/monitoring_lab.py)."""
 
@@ -27,6 +28,7 @@ from gpupool.render import slurm
 from gpupool.spec.facts import controller
 from gpupool.spec.model import Description
 from tests.integration.conftest import ansible_playbook
+from tests.test_monitoring import series_read
 
 pytestmark = pytest.mark.integration
 wait_for = slurm_cluster.wait_for
@@ -426,3 +428,26 @@ def test_an_idle_job_is_warned_then_cancelled_and_recorded(pool: slurm_cluster.S
     finally:
         pool.cancel_all()
         monitoring_role(pool, tag="idle_reclaim")  # the description's policy, timer on
+
+
+def test_every_series_the_rules_and_dashboard_read_was_scraped(pool: slurm_cluster.SlurmLab
+                                                               ) -> None:
+    """No panel and no alert reads a series nothing produces (issue 16): every raw series
+    the rules and the dashboard read is in the lab Prometheus' store by the end of this
+    module, whose tests made the conditional ones appear (pending and finished jobs, a
+    batch job's checkpoint age). The health loop's series come from one run of a GPU
+    node's health service, started here as its timer would. DCGM_FI_* come from the
+    FIXTURE dcgm-exporter: they prove the counter list and the scrape, not GPU data."""
+    wanted = series_read()
+    assert {"gpupool_slurm_up", "DCGM_FI_DEV_GPU_UTIL"} <= wanted
+    node = next(n.name for n in slurm.nodes(pool.desc) if not n.cloud and n.gpus > 0)
+    pool.sh("systemctl start gpupool-health.service", node, timeout=600)
+
+    def missing() -> set[str]:
+        names = json.loads(fetch(pool, PROMETHEUS, "/api/v1/label/__name__/values"))["data"]
+        return wanted - set(names)
+
+    try:
+        wait_for("every series the rules and dashboard read", lambda: not missing(), 120)
+    except hosts.LabError:
+        pytest.fail(f"never scraped: {sorted(missing())}")
