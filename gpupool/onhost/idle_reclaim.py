@@ -80,6 +80,11 @@ class Rule:
     action: str  # cancel | requeue
     threshold_percent: int
 
+    @property
+    def window(self) -> tuple[int, int]:
+        """What idle_jobs is asked: classes that share it share one pair of queries."""
+        return self.after_s, self.threshold_percent
+
 
 @dataclass(frozen=True)
 class Job:
@@ -200,11 +205,11 @@ def reclaim(rules: dict[str, Rule], state: dict[str, Any], run: Run, query: Quer
     counts: dict[str, int] = dict(state.get("counts", {}))
     jobs = running_jobs(run, set(rules))
     # Prometheus is asked only when there is a job to judge.
-    windows = {(rules[j.klass].after_s, rules[j.klass].threshold_percent) for j in jobs}
+    windows = {rules[j.klass].window for j in jobs}
     idle = {w: idle_jobs(query, *w) for w in windows}
     for job in jobs:
         rule = rules[job.klass]
-        is_idle = job.id in idle[(rule.after_s, rule.threshold_percent)] \
+        is_idle = job.id in idle[rule.window] \
             and now - job.start >= rule.after_s
         if job.id not in warned and is_idle:
             step = "warned"
