@@ -51,6 +51,10 @@ def declare(desc: Description) -> None:
         # Operators attach it to the identity the controller's resume/suspend run with.
         pulumi.export("burst_launcher_policy",
                       _launcher_policy(desc, account, storage, bursts, home).arn)
+    if desc.backup is not None:
+        # Operators attach it to the identity the controller's backup timer runs with.
+        pulumi.export("controller_backup_policy",
+                      _backup_policy(desc, desc.backup.tier, storage, home).arn)
     cluster = ClusterServices(pool, ClusterServicesArgs(desc))
 
     pulumi.export("onprem_segments", {
@@ -85,6 +89,16 @@ def _launcher_policy(desc: Description, account: pulumi.Output[str], storage: St
     return aws.iam.Policy(f"{desc.pool.name}-burst-launcher", policy=document,
                           tags=cloud.tags(desc), opts=opts,
                           description=f"gpupool {desc.pool.name} burst resume/suspend")
+
+
+def _backup_policy(desc: Description, tier: str, storage: StorageTiers,
+                   opts: pulumi.ResourceOptions) -> aws.iam.Policy:
+    """The least privilege of the controller's backups (cloud.controller_backup_policy)."""
+    document = storage.key_arn.apply(
+        lambda key: json.dumps(cloud.controller_backup_policy(desc, tier, key)))
+    return aws.iam.Policy(f"{desc.pool.name}-controller-backup", policy=document,
+                          tags=cloud.tags(desc), opts=opts,
+                          description=f"gpupool {desc.pool.name} controller backups")
 
 
 def _prebuilt_images(desc: Description) -> dict[str, str]:

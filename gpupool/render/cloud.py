@@ -21,6 +21,7 @@ from gpupool.render.node_labels import LABEL_PREFIX
 from gpupool.spec.catalog import INSTANCE_TYPES, SLURMCTLD_PORT
 from gpupool.spec.facts import controller
 from gpupool.spec.model import (
+    BUCKET_PURPOSES,
     NAME_RE,
     BurstGroup,
     Description,
@@ -41,7 +42,6 @@ S3_ENDPOINT_PEER = "s3-endpoint"  # the peer tag of the one rule that is not a f
 S3_ENDPOINT_PORT = 443
 
 # Buckets exist for these purposes; scratch is a file system, not a bucket.
-BUCKET_PURPOSES = (Purpose.DATASETS, Purpose.CHECKPOINTS, Purpose.ARCHIVE)
 # Product constants, not pool facts: S3 rejects STANDARD_IA before day 30 and bills
 # GLACIER for 90 days and DEEP_ARCHIVE for 180 days at least.
 STANDARD_IA_MIN_DAYS = 30
@@ -565,6 +565,28 @@ def burst_launch_policy(desc: Description, account: str, role_arns: list[str],
                                                                 desc.pool.cloud_region)},
                  "BoolIfExists": {"kms:GrantIsForAWSResource": "true"}}})
     return {"Version": "2012-10-17", "Statement": statements}
+
+
+# Where controller backups go in their tier's bucket (roles/controller_backup).
+BACKUP_PREFIX = "controller/"
+
+
+def controller_backup_policy(desc: Description, tier: str, key_arn: str) -> dict[str, Any]:
+    """The least privilege of the controller's backup timer and restore playbook: its
+    prefix of the backup tier's bucket only (list, put, get, delete for retention), and
+    the pool key through S3 for the bucket's encryption."""
+    bucket = f"arn:aws:s3:::{bucket_name(desc, tier)}"
+    return {"Version": "2012-10-17", "Statement": [
+        {"Sid": "ListBackups", "Effect": "Allow", "Action": "s3:ListBucket",
+         "Resource": bucket, "Condition": {"StringLike": {"s3:prefix": f"{BACKUP_PREFIX}*"}}},
+        {"Sid": "ReadWriteBackups", "Effect": "Allow",
+         "Action": ["s3:PutObject", "s3:GetObject", "s3:DeleteObject"],
+         "Resource": f"{bucket}/{BACKUP_PREFIX}*"},
+        {"Sid": "BucketEncryption", "Effect": "Allow",
+         "Action": ["kms:GenerateDataKey", "kms:Decrypt"], "Resource": [key_arn],
+         "Condition": {"StringEquals": {
+             "kms:ViaService": via_service("s3", desc.pool.cloud_region)}}},
+    ]}
 
 
 def _join_slurm(desc: Description, group: BurstGroup) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpupool.render import flows, node_labels, scheduling, slurm
+from gpupool.render import cloud, flows, node_labels, scheduling, slurm
 from gpupool.render import mig_config as mig_render
 from gpupool.spec.catalog import INSTANCE_TYPES
 from gpupool.spec.connection import Connection
@@ -26,6 +26,16 @@ def health_plan(desc: Description) -> dict[str, Any]:
     return {"interval_s": duration_seconds(h.interval), "reset": h.reset.value,
             "reboot": h.reboot.value, "drain_timeout_s": duration_seconds(h.drain_timeout),
             "isolate_after": h.isolate_after, "window_s": duration_seconds(h.window)}
+
+
+def backup_plan(desc: Description) -> dict[str, Any] | None:
+    """roles/controller_backup's plan: when and how many, and the bucket they go to."""
+    b = desc.backup
+    if b is None:
+        return None
+    return {"interval_s": duration_seconds(b.interval), "keep": b.keep,
+            "bucket": cloud.bucket_name(desc, b.tier), "prefix": cloud.BACKUP_PREFIX,
+            "region": desc.pool.cloud_region}
 
 
 def pool_vars(desc: Description) -> dict[str, Any]:
@@ -57,6 +67,7 @@ def pool_vars(desc: Description) -> dict[str, Any]:
         # The health loop's timer and policy (roles/acceptance_gate, gpupool/gate/health.py),
         # durations in seconds so no role parses them.
         "gpupool_health": health_plan(desc),
+        "gpupool_backup": backup_plan(desc),
         # Idle-GPU reclaim per task class (gpupool/render/scheduling.py), for the controller.
         "gpupool_idle_reclaim": scheduling.idle_reclaim_plan(desc),
         **({"gpupool_description_file": str(desc.source)} if desc.source else {}),

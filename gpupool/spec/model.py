@@ -407,6 +407,18 @@ class Health(Strict):
     window: Duration = "24h"
 
 
+class Backup(Strict):
+    """Backups of the Slurm controller (roles/controller_backup, from a timer) to a bucket
+    tier: the accounting database, Slurm's saved state, the munge key (encrypted) and the
+    pool's own state; playbooks/controller_restore.yml puts one back."""
+
+    # The storage tier whose bucket holds them. Its objects must stay retrievable at once
+    # for as long as backups are kept: a restore does not wait hours on Deep Archive.
+    tier: Name
+    interval: Duration = "6h"
+    keep: Annotated[Int, Field(ge=1, le=1000)] = 28
+
+
 class Cni(StrEnum):
     """The pod network, which decides the ports nodes open to each other."""
 
@@ -439,6 +451,7 @@ class Description(Strict):
     software: Software
     kubernetes: Kubernetes | None = None
     health: Health = Health()
+    backup: Backup | None = None
     # Where the description was read from (set by the loader), for tools run later that
     # must read the same file (the gate run by the admission role).
     _source: Path | None = PrivateAttr(default=None)
@@ -449,4 +462,6 @@ class Description(Strict):
 
 
 SEGMENT_NAMES = ("training", "storage", "management")
+# Tiers the cloud side keeps in S3 buckets (scratch stays on the nodes).
+BUCKET_PURPOSES = (Purpose.DATASETS, Purpose.CHECKPOINTS, Purpose.ARCHIVE)
 RE_NAME = re.compile(NAME_RE)

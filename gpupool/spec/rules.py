@@ -38,6 +38,7 @@ from gpupool.spec.facts import (
     rack_places,
 )
 from gpupool.spec.model import (
+    BUCKET_PURPOSES,
     LINK_KINDS,
     SEGMENT_NAMES,
     Capacity,
@@ -741,6 +742,41 @@ def kubernetes(desc: Description) -> Iterator[Problem]:
 # The health loop's timer: often enough to catch a bad card between jobs, not so often
 # that the quick tier (tens of seconds of a node's time) becomes a load of its own.
 HEALTH_INTERVAL_S = (60, 86_400)
+
+
+# Backups: often enough that a restore loses little, not so often that dumping the
+# accounting database loads slurmdbd's MariaDB all day.
+BACKUP_INTERVAL_S = (600, 7 * 86400)
+
+
+@rule("backup", "storage_tiers")
+def backup(desc: Description) -> Iterator[Problem]:
+    b = desc.backup
+    if b is None:
+        return
+    interval = duration_seconds(b.interval)
+    if not BACKUP_INTERVAL_S[0] <= interval <= BACKUP_INTERVAL_S[1]:
+        yield Problem("backup.interval", "backup-interval-range",
+                      "backups are taken every 10 minutes to 7 days", b.interval)
+    tier = desc.storage_tiers.get(b.tier)
+    if tier is None or tier.purpose not in BUCKET_PURPOSES:
+        yield Problem("backup.tier", "backup-tier-bucket",
+                      "backups go to a declared bucket tier (purpose "
+                      f"{', '.join(p.value for p in BUCKET_PURPOSES)})", b.tier)
+        return
+    kept_days = -(-interval * b.keep // 86400)  # the oldest kept backup's age, rounded up
+    cold = [0] if tier.temperature is Temperature.ARCHIVE else [
+        t.after_days for t in tier.lifecycle if t.temperature is Temperature.ARCHIVE]
+    if cold and cold[0] < kept_days:
+        yield Problem("backup.tier", "backup-tier-instant",
+                      f"tier {b.tier} moves objects to archive storage after {cold[0]} days, "
+                      f"before the oldest of {b.keep} backups ({kept_days} days) is pruned: "
+                      "a restore would wait hours for a retrieval; name a hot or warm tier",
+                      b.tier)
+    if tier.retention_days < kept_days:
+        yield Problem("backup.keep", "backup-outlives-retention",
+                      f"{b.keep} backups every {b.interval} reach back {kept_days} days, beyond "
+                      f"tier {b.tier}'s retention of {tier.retention_days} days", b.keep)
 
 
 @rule("health")
