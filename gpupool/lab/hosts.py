@@ -22,6 +22,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -162,6 +163,12 @@ def lab_dir(desc: Description) -> Path:
 
 def key_path(desc: Description) -> Path:
     return lab_dir(desc) / "id_ed25519"
+
+
+def backup_key_path(desc: Description) -> Path:
+    """The lab's controller backup key (roles/controller_backup), kept beside the SSH key
+    and outside the hosts, so a rebuilt controller restores with it."""
+    return lab_dir(desc) / "controller-backup.key"
 
 
 def mirror_dir(desc: Description) -> Path:
@@ -325,6 +332,16 @@ def ensure_key(desc: Description) -> Path:
     return key
 
 
+def ensure_backup_key(desc: Description) -> Path:
+    path = backup_key_path(desc)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(48))
+    return path
+
+
 def ssh_args(desc: Description) -> list[str]:
     return ["-i", str(key_path(desc)), "-o", "StrictHostKeyChecking=no",
             "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
@@ -467,11 +484,17 @@ def write_inventory(desc: Description, mirror_key: str) -> Path:
         "ansible_ssh_private_key_file": str(key_path(desc)),
         "ansible_ssh_common_args": " ".join(ssh_args(desc)[2:]),
         "ansible_python_interpreter": "/usr/bin/python3",
+        # The lab has no S3: backups stay on the controller's disk (the suite gives them a
+        # local endpoint). The key is the lab's own, kept in its folder (a pool keeps its in
+        # Ansible Vault); the inventory beside it is no more public.
+        "controller_backup_upload": False,
+        "controller_backup_key": ensure_backup_key(desc).read_text().strip(),
     })
     path = inventory_path(desc)
     text = "# Written by `gpupool lab up`; regenerated on every run.\n" + ansible_yaml.dump(inv)
     if not path.exists() or path.read_text() != text:
         path.write_text(text)
+        path.chmod(0o600)  # it holds the lab's backup key
     return path
 
 
