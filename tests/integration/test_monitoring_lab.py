@@ -436,12 +436,15 @@ def test_every_series_the_rules_and_dashboard_read_was_scraped(pool: slurm_clust
     the rules and the dashboard read is in the lab Prometheus' store by the end of this
     module, whose tests made the conditional ones appear (pending and finished jobs, a
     batch job's checkpoint age). The health loop's series come from one run of a GPU
-    node's health service, started here as its timer would. DCGM_FI_* come from the
+    node's health service, started here as its timer would, and the controller backup's
+    from one run of its service. DCGM_FI_* come from the
     FIXTURE dcgm-exporter: they prove the counter list and the scrape, not GPU data."""
     wanted = series_read()
     assert {"gpupool_slurm_up", "DCGM_FI_DEV_GPU_UTIL"} <= wanted
     node = next(n.name for n in slurm.nodes(pool.desc) if not n.cloud and n.gpus > 0)
     pool.sh("systemctl start gpupool-health.service", node, timeout=600)
+    # And the controller's backup, as its timer would (the lab keeps it on the host's disk).
+    pool.sh("systemctl start gpupool-controller-backup.service", timeout=600)
 
     def missing() -> set[str]:
         names = json.loads(fetch(pool, PROMETHEUS, "/api/v1/label/__name__/values"))["data"]
