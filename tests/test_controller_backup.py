@@ -90,7 +90,7 @@ def config(root: Path, **over: Any) -> cb.Config:
 def test_a_backup_restores_database_state_key_and_pool_files(host: Path) -> None:
     cfg = config(host)
     fixture = FixtureHost()
-    report = cb.backup(cfg, 1_700_000_000, fixture)
+    report = cb.backup(cfg, 1_700_000_000, fixture, settle_s=0)
     assert report["backup"] == "lab-lab-ctl-20231114T221320Z.tar"
     with tarfile.open(cfg.staging_dir / report["backup"]) as tar:
         assert sorted(tar.getnames()) == sorted(cb.MEMBERS)
@@ -119,7 +119,7 @@ def test_a_backup_restores_database_state_key_and_pool_files(host: Path) -> None
 
 def test_pool_files_a_rebuilt_controller_rendered_are_kept(host: Path) -> None:
     cfg = config(host)
-    cb.backup(cfg, 1_700_000_000, FixtureHost())
+    cb.backup(cfg, 1_700_000_000, FixtureHost(), settle_s=0)
     (host / "etc-gpupool" / "pool-description.yaml").write_text("pool: lab\nnewer: true\n")
     cb.restore(cfg, "latest", FixtureHost(), wait_s=1)
     assert "newer" in (host / "etc-gpupool" / "pool-description.yaml").read_text()
@@ -127,7 +127,7 @@ def test_pool_files_a_rebuilt_controller_rendered_are_kept(host: Path) -> None:
 
 def test_the_backup_key_and_the_backups_are_not_in_the_pool_files(host: Path) -> None:
     cfg = config(host, pool_dirs=[str(host)], staging_dir=str(host / "staging"))
-    path = cb.make_archive(cfg, 1_700_000_000, FixtureHost())
+    path = cb.make_archive(cfg, 1_700_000_000, FixtureHost(), settle_s=0)
     with tarfile.open(path) as outer:
         inner = outer.extractfile("pool.tar.gz")
         assert inner is not None
@@ -152,7 +152,7 @@ def test_backups_go_to_the_bucket_and_the_oldest_beyond_keep_are_pruned(host: Pa
                          CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
         s3.put_object(Bucket=BUCKET, Key="controller/other-ctl-20200101T000000Z.tar", Body=b"")
         cfg = config(host, bucket=BUCKET, keep=2)
-        taken = [cb.backup(cfg, t, FixtureHost(), s3)["backup"]
+        taken = [cb.backup(cfg, t, FixtureHost(), s3, settle_s=0)["backup"]
                  for t in (1_700_000_000, 1_700_003_600, 1_700_007_200)]
         keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"])
         assert keys == sorted(["controller/other-ctl-20200101T000000Z.tar",
@@ -208,7 +208,7 @@ def _entry(name: str, kind: bytes = tarfile.REGTYPE, target: str = "") -> tarfil
 def test_a_hostile_archive_is_refused_before_anything_is_touched(
         host: Path, member: str, entry: tarfile.TarInfo) -> None:
     cfg = config(host)
-    path = cb.make_archive(cfg, 1_700_000_000, FixtureHost())
+    path = cb.make_archive(cfg, 1_700_000_000, FixtureHost(), settle_s=0)
     _rewrite(path, member, _inner([entry]))
     fixture = FixtureHost()
     with pytest.raises(cb.BackupError, match="refusing archive member"):
@@ -219,7 +219,7 @@ def test_a_hostile_archive_is_refused_before_anything_is_touched(
 
 def test_a_damaged_backup_is_refused_before_anything_is_touched(host: Path) -> None:
     cfg = config(host)
-    path = cb.make_archive(cfg, 1_700_000_000, FixtureHost())
+    path = cb.make_archive(cfg, 1_700_000_000, FixtureHost(), settle_s=0)
     _rewrite(path, "db.sql.gz", gzip.compress(b"DROP DATABASE mysql;"), manifest=False)
     fixture = FixtureHost()
     with pytest.raises(cb.BackupError, match="does not match the manifest"):
@@ -229,7 +229,7 @@ def test_a_damaged_backup_is_refused_before_anything_is_touched(host: Path) -> N
 
 def test_an_outer_member_that_is_not_a_backup_file_is_refused(host: Path) -> None:
     cfg = config(host)
-    path = cb.make_archive(cfg, 1_700_000_000, FixtureHost())
+    path = cb.make_archive(cfg, 1_700_000_000, FixtureHost(), settle_s=0)
     with tarfile.open(path, "a") as tar:
         info = tarfile.TarInfo("authorized_keys")
         info.size = 1
@@ -240,7 +240,7 @@ def test_an_outer_member_that_is_not_a_backup_file_is_refused(host: Path) -> Non
 
 def test_a_wrong_backup_key_is_refused_before_anything_is_touched(host: Path) -> None:
     cfg = config(host)
-    cb.make_archive(cfg, 1_700_000_000, FixtureHost())
+    cb.make_archive(cfg, 1_700_000_000, FixtureHost(), settle_s=0)
     (host / "backup.key").write_text("w" * 48 + "\n")
     fixture = FixtureHost()
     with pytest.raises(cb.BackupError, match="openssl"):
@@ -275,7 +275,7 @@ def test_restore_from_must_name_a_backup(host: Path) -> None:
 
 def test_a_failed_backup_keeps_the_last_success_and_says_down(host: Path) -> None:
     cfg = config(host)
-    report = cb.backup(cfg, 1_700_000_000, FixtureHost())
+    report = cb.backup(cfg, 1_700_000_000, FixtureHost(), settle_s=0)
     cb.write_metrics(cfg, True, report, 1_700_000_000)
     cb.write_metrics(cfg, False, {}, 1_700_003_600)
     text = (host / "textfile" / "gpupool_controller_backup.prom").read_text()
@@ -293,3 +293,13 @@ def test_a_failing_step_is_one_line_and_exit_1(
     assert record.getMessage().startswith("backup failed: ") and record.exc_info is None
     assert "gpupool_controller_backup_up 0.0" in (
         host / "textfile" / "gpupool_controller_backup.prom").read_text()
+
+
+def test_the_state_is_copied_once_slurmctld_has_saved_what_came_before(
+        host: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """slurmctld saves a change within 5 s: the copy waits out the settle time from the
+    backup's start, so a job submitted just before is in it."""
+    slept: list[float] = []
+    monkeypatch.setattr(cb.time, "sleep", slept.append)
+    cb.make_archive(config(host), 1_700_000_000, FixtureHost())
+    assert len(slept) == 1 and cb.STATE_SETTLE_S - 5 < slept[0] <= cb.STATE_SETTLE_S

@@ -69,8 +69,15 @@ BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 PREFIX_RE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*/){0,4}")
 PATH_RE = re.compile(r"(/[A-Za-z0-9_][-A-Za-z0-9_.]*)+")
 URL_RE = re.compile(r"https?://[A-Za-z0-9.:\[\]-]+/?")
-COMMAND_TIMEOUT_S = 900.0  # a dump of a large accounting database takes minutes
+COMMAND_TIMEOUT_S = 900.0
+# Dumping or loading years of job records takes long; still bounded (the unit's own
+# TimeoutStartSec bounds a backup as a whole).
+DATABASE_TIMEOUT_S = 4 * 3600.0
 DBD_WAIT_S = 120.0  # slurmdbd answering after its start
+# slurmctld writes a change to StateSaveLocation within SAVE_MAX_WAIT (5 s) of making it
+# (src/slurmctld/state_save.c): the state is copied this long after the backup began, so
+# it holds every change made before then (a job submitted a second before is not lost).
+STATE_SETTLE_S = 10.0
 POLL_S = 2.0
 MAX_MEMBERS = 100_000  # files in the state archive
 PBKDF2_ITER = "200000"
@@ -225,18 +232,23 @@ def tar_tree(out: Path, roots: list[Path], base: Path, skip: tuple[Path, ...]) -
     return count
 
 
-def make_archive(cfg: Config, now: float, run: Run = run_command) -> Path:
-    """Write one backup into the staging directory; returns its path."""
+def make_archive(cfg: Config, now: float, run: Run = run_command,
+                 settle_s: float = STATE_SETTLE_S) -> Path:
+    """Write one backup into the staging directory; returns its path. The database first,
+    then slurmctld's state once settled: slurmctld is the source of truth, and sends
+    slurmdbd the records of jobs the database lacks when it starts."""
+    began = time.monotonic()
     name = backup_name(cfg, now)
     work = cfg.staging_dir / ".partial"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(mode=0o700, parents=True)
     dump = work / "db.sql"
     run(["mysqldump", "--single-transaction", "--quick", "--routines", "--add-drop-database",
-         "--databases", cfg.database], stdout=dump)
+         "--databases", cfg.database], stdout=dump, timeout=DATABASE_TIMEOUT_S)
     with dump.open("rb") as fin, gzip.open(work / "db.sql.gz", "wb") as fout:
         shutil.copyfileobj(fin, fout, 1 << 20)
     dump.unlink()
+    time.sleep(max(0.0, settle_s - (time.monotonic() - began)))
     tar_tree(work / "state.tar.gz", [cfg.state_dir], cfg.state_dir, ())
     run([*SEALED, "-in", str(cfg.munge_key), "-out", str(work / "munge.key.enc"),
          "-pass", f"file:{cfg.key_file}"])
@@ -275,11 +287,12 @@ def remote_names(cfg: Config, s3: Any) -> list[str]:
     return [n for n in names if "/" not in n]
 
 
-def backup(cfg: Config, now: float, run: Run = run_command, s3: Any = None) -> dict[str, Any]:
+def backup(cfg: Config, now: float, run: Run = run_command, s3: Any = None,
+           settle_s: float = STATE_SETTLE_S) -> dict[str, Any]:
     """One backup, shipped and pruned; returns what was done."""
     cfg.staging_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     start = time.monotonic()
-    path = make_archive(cfg, now, run)
+    path = make_archive(cfg, now, run, settle_s)
     report: dict[str, Any] = {"backup": path.name, "bytes": path.stat().st_size}
     local = sorted(p.name for p in cfg.staging_dir.glob("*.tar"))
     if cfg.bucket:
@@ -391,7 +404,7 @@ def restore(cfg: Config, source: str, run: Run = run_command, s3: Any = None,
         shutil.copyfileobj(fin, fout, 1 << 20)
     # Nothing is touched before every file has been read and verified.
     run(["systemctl", "stop", "slurmctld.service", "slurmdbd.service"])
-    run(["mysql"], stdin=sql)
+    run(["mysql"], stdin=sql, timeout=DATABASE_TIMEOUT_S)
     uid, gid = _owner(cfg.state_dir, cfg.state_dir.parent)
     cfg.state_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
     for entry in cfg.state_dir.iterdir():
