@@ -60,71 +60,74 @@ def test_a_controller_rebuilt_from_bare_gets_its_queue_accounts_and_usage_back(
     ctl = pool.ctl
     klass, team = next(iter(lab_desc.task_classes)), next(iter(lab_desc.teams))
     bucket = cloud.bucket_name(lab_desc, lab_desc.backup.tier)
-    with localaws.endpoint(burst_hosts.aws_address(lab_desc)) as url:
-        s3 = boto3.client("s3", region_name=lab_desc.pool.cloud_region, endpoint_url=url)
-        s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={
-            "LocationConstraint": lab_desc.pool.cloud_region})
-        extra = ["-e", json.dumps({
-            "controller_backup_upload": True, "controller_backup_endpoint_url": url,
-            "controller_backup_environment": {  # FIXTURE: moto's credentials, not secrets
-                "AWS_ACCESS_KEY_ID": "fixture", "AWS_SECRET_ACCESS_KEY": "fixture"}})]
-        run = ansible_playbook(inv, "playbooks/slurm.yml", "--tags", "controller_backup",
-                               *extra)
+    try:
+        with localaws.endpoint(burst_hosts.aws_address(lab_desc)) as url:
+            s3 = boto3.client("s3", region_name=lab_desc.pool.cloud_region, endpoint_url=url)
+            s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={
+                "LocationConstraint": lab_desc.pool.cloud_region})
+            extra = ["-e", json.dumps({
+                "controller_backup_upload": True, "controller_backup_endpoint_url": url,
+                "controller_backup_environment": {  # FIXTURE: moto's credentials, not secrets
+                    "AWS_ACCESS_KEY_ID": "fixture", "AWS_SECRET_ACCESS_KEY": "fixture"}})]
+            run = ansible_playbook(inv, "playbooks/slurm.yml", "--tags", "controller_backup",
+                                   *extra)
+            assert run.rc == 0, run.output[-4000:]
+
+            # What a controller holds that no description does: a finished job's record and
+            # its fairshare usage, and a queued job.
+            pool.reset_usage(list(lab_desc.teams))
+            done = pool.sbatch(f"-p {klass}", f"-A {team}", "--gpus=1", "-C onprem",
+                               script="#!/bin/bash\nsleep 5\n")
+            wait_for("the finished job's record", lambda: pool.sacct(done)
+                     and pool.sacct(done)[0]["State"] == "COMPLETED", 120)
+            wait_for("the team's usage", lambda: _usage(pool, team) > 0, 180)  # PriorityCalcPeriod
+            held = pool.sbatch(f"-p {klass}", f"-A {team}", "--gpus=1", "--hold", "-C onprem",
+                               script="#!/bin/bash\nsleep 5\n")
+            before = _seen(pool)
+
+            t0 = time.monotonic()
+            pool.sh(f"systemctl start {SERVICE}", timeout=600)
+            backup_s = time.monotonic() - t0
+            keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+            assert len(keys) == 1 and keys[0].startswith(f"controller/{lab_desc.pool.name}-{ctl}-")
+            size = s3.head_object(Bucket=bucket, Key=keys[0])["ContentLength"]
+
+            # The controller's host is lost; a bare one takes its place and is converged, alone:
+            # the nodes keep the pool's munge key (and, in a pool, their running jobs).
+            lost = time.monotonic()
+            labmod.podman("rm", "-f", "-t", "0", labmod.container_name(lab_desc, ctl))
+            labmod.up(lab_desc)
+            site = ansible_playbook(inv, "playbooks/site.yml", "--limit", ctl, *extra,
+                                    timeout=1800)
+            assert site.rc == 0, site.output[-6000:]
+            rebuild_s = time.monotonic() - lost
+            assert "Invalid job id" in pool.sh(f"scontrol show job {held} 2>&1", check=False)
+
+            t0 = time.monotonic()
+            restore = ansible_playbook(inv, "playbooks/controller_restore.yml", *extra)
+            assert restore.rc == 0, restore.output[-6000:]
+            restore_s = time.monotonic() - t0
+            pool = slurm_cluster.ready(lab_desc)
+            recovered_s = time.monotonic() - lost
+            slurm_cluster.mark_converged(lab_desc, "site.yml")  # every host is converged again
+
+            job = pool.job(held)
+            assert (job["JobState"], job["Reason"]) == ("PENDING", "JobHeldUser") or \
+                (job["JobState"], job["Reason"]) == ("PENDING", "JobHeldAdmin"), job
+            assert pool.sacct(done)[0]["State"] == "COMPLETED"
+            assert _usage(pool, team) > 0
+            assert _seen(pool) == before
+            pool.sh(f"scontrol release {held}")
+            wait_for("the released job done", lambda: pool.state(held) == "COMPLETED", 120)
+
+            # The rebuilt controller backs up again.
+            pool.sh(f"systemctl start {SERVICE}", timeout=600)
+            assert len(s3.list_objects_v2(Bucket=bucket).get("Contents", [])) == 2
+    finally:
+        # The endpoint is gone: backups go back to the controller's disk, as the lab
+        # keeps them (a failed run must not leave a timer shipping to nowhere).
+        run = ansible_playbook(inv, "playbooks/slurm.yml", "--tags", "controller_backup")
         assert run.rc == 0, run.output[-4000:]
-
-        # What a controller holds that no description does: a finished job's record and
-        # its fairshare usage, and a queued job.
-        pool.reset_usage(list(lab_desc.teams))
-        done = pool.sbatch(f"-p {klass}", f"-A {team}", "--gpus=1", "-C onprem",
-                           script="#!/bin/bash\nsleep 5\n")
-        wait_for("the finished job's record", lambda: pool.sacct(done)
-                 and pool.sacct(done)[0]["State"] == "COMPLETED", 120)
-        wait_for("the team's usage", lambda: _usage(pool, team) > 0, 180)  # PriorityCalcPeriod
-        held = pool.sbatch(f"-p {klass}", f"-A {team}", "--gpus=1", "--hold", "-C onprem",
-                           script="#!/bin/bash\nsleep 5\n")
-        before = _seen(pool)
-
-        t0 = time.monotonic()
-        pool.sh(f"systemctl start {SERVICE}", timeout=600)
-        backup_s = time.monotonic() - t0
-        keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
-        assert len(keys) == 1 and keys[0].startswith(f"controller/{lab_desc.pool.name}-{ctl}-")
-        size = s3.head_object(Bucket=bucket, Key=keys[0])["ContentLength"]
-
-        # The controller's host is lost; a bare one takes its place and is converged, alone:
-        # the nodes keep the pool's munge key (and, in a pool, their running jobs).
-        lost = time.monotonic()
-        labmod.podman("rm", "-f", "-t", "0", labmod.container_name(lab_desc, ctl))
-        labmod.up(lab_desc)
-        site = ansible_playbook(inv, "playbooks/site.yml", "--limit", ctl, *extra,
-                                timeout=1800)
-        assert site.rc == 0, site.output[-6000:]
-        rebuild_s = time.monotonic() - lost
-        assert "Invalid job id" in pool.sh(f"scontrol show job {held} 2>&1", check=False)
-
-        t0 = time.monotonic()
-        restore = ansible_playbook(inv, "playbooks/controller_restore.yml", *extra)
-        assert restore.rc == 0, restore.output[-6000:]
-        restore_s = time.monotonic() - t0
-        pool = slurm_cluster.ready(lab_desc)
-        recovered_s = time.monotonic() - lost
-        slurm_cluster.mark_converged(lab_desc, "site.yml")  # every host is converged again
-
-        job = pool.job(held)
-        assert (job["JobState"], job["Reason"]) == ("PENDING", "JobHeldUser") or \
-            (job["JobState"], job["Reason"]) == ("PENDING", "JobHeldAdmin"), job
-        assert pool.sacct(done)[0]["State"] == "COMPLETED"
-        assert _usage(pool, team) > 0
-        assert _seen(pool) == before
-        pool.sh(f"scontrol release {held}")
-        wait_for("the released job done", lambda: pool.state(held) == "COMPLETED", 120)
-
-        # The rebuilt controller backs up again.
-        pool.sh(f"systemctl start {SERVICE}", timeout=600)
-        assert len(s3.list_objects_v2(Bucket=bucket).get("Contents", [])) == 2
-    # The endpoint is gone: backups go back to the controller's disk, as the lab keeps them.
-    run = ansible_playbook(inv, "playbooks/slurm.yml", "--tags", "controller_backup")
-    assert run.rc == 0, run.output[-4000:]
     bench.write("controller_lab", {
         "backup_s": round(backup_s, 1), "backup_bytes": int(size),
         "rebuild_s": round(rebuild_s, 1), "restore_s": round(restore_s, 1),
