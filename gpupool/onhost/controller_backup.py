@@ -69,6 +69,7 @@ BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 PREFIX_RE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*/){0,4}")
 PATH_RE = re.compile(r"(/[A-Za-z0-9_][-A-Za-z0-9_.]*)+")
 URL_RE = re.compile(r"https?://[A-Za-z0-9.:\[\]-]+/?")
+REGION_RE = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]")
 COMMAND_TIMEOUT_S = 900.0
 # Dumping or loading years of job records takes long; still bounded (the unit's own
 # TimeoutStartSec bounds a backup as a whole).
@@ -147,7 +148,7 @@ def load_config(path: Path) -> Config:
         textfile=Path(textfile) if textfile else None, interval_s=interval,
         bucket=_field(raw, "bucket", BUCKET_RE, optional=True),
         prefix=_field(raw, "prefix", PREFIX_RE, optional=True) or "",
-        region=_field(raw, "region", re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]"), optional=True),
+        region=_field(raw, "region", REGION_RE, optional=True),
         endpoint_url=_field(raw, "endpoint_url", URL_RE, optional=True))
 
 
