@@ -101,6 +101,13 @@ RUNBOOK_FIGURES: dict[str, list[Figure]] = {
         ("burst node: host boot to job running", "slurm_lab", "burst_boot_to_job_running_s",
          "s"),
     ],
+    "controller-recovery.md": [
+        ("controller rebuilt from bare (site.yml) / restored", "controller_lab",
+         "rebuild_s restore_s", "s"),
+        ("host lost to Slurm with its queue and usage back", "controller_lab",
+         "time_to_recover_s", "s"),
+        ("one backup taken and shipped", "controller_lab", "backup_s", "s"),
+    ],
     "spot-interruption.md": [
         ("spot notice: job requeued / running again", "slurm_lab",
          "spot_notice_to_requeued_s spot_notice_to_running_again_s", "s"),

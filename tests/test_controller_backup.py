@@ -3,9 +3,8 @@ archive or configuration it must refuse.
 
 FIXTURE: MariaDB, systemd and Slurm do not run here. Their commands are answered by a
 fixture runner (mysqldump prints a fixed dump, mysql, systemctl and sacctmgr are recorded);
-tar, chown and openssl are the real ones, and S3 is moto in process. Nothing here is
-claimed about the real services: the lab proof of a rebuilt controller is still to come
-(issue 17).
+tar, chown and openssl are the real ones, and S3 is moto in process. What is claimed
+about the real services comes from the lab test (tests/integration/test_controller_lab.py).
 """
 
 from __future__ import annotations
