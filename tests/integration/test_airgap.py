@@ -24,11 +24,12 @@ import yaml
 from gpupool.lab import hosts as labmod
 from gpupool.render import inventory
 from gpupool.spec.model import Description
-from tests.integration.conftest import Run, ansible_playbook
+from tests.integration.conftest import Run, SiteRuns, ansible_playbook
 
 pytestmark = pytest.mark.integration
 
 NODE = "lab-gpu1"  # the node whose variables the air-gapped host takes
+RUN_TIMEOUT_S = 900  # each of the two converges
 
 
 @pytest.fixture(scope="session")
@@ -61,8 +62,8 @@ def airgap_runs(lab: labmod.LabState, lab_desc: Description,
 def _converge_twice(inv: Path, play: Path) -> Run:
     """The install, then (only if it passed) the same play again; the failing or the
     second run."""
-    run = ansible_playbook(inv, str(play))
-    return ansible_playbook(inv, str(play)) if run.rc == 0 else run
+    run = ansible_playbook(inv, str(play), timeout=RUN_TIMEOUT_S)
+    return ansible_playbook(inv, str(play), timeout=RUN_TIMEOUT_S) if run.rc == 0 else run
 
 
 def _inventory(lab_desc: Description, host: str, tmp: Path) -> Path:
@@ -92,7 +93,7 @@ PLAY = """
 
 
 def test_airgapped_install_from_signed_mirror(airgap_runs: tuple[str, Future[Run]],
-                                              site: object, lab_desc: Description) -> None:
+                                              site: SiteRuns, lab_desc: Description) -> None:
     # `site` is asked for after airgap_runs so that the lab's converge runs beside this one.
     airgap_host, runs = airgap_runs
 
@@ -102,7 +103,7 @@ def test_airgapped_install_from_signed_mirror(airgap_runs: tuple[str, Future[Run
     # Nothing but the mirror: no network interface besides loopback.
     assert sh("python3 -c 'import socket; socket.create_connection((\"deb.debian.org\", 80), 3)'"
               ).returncode != 0
-    again = runs.result(timeout=1900)  # each of the two runs is bounded at 900 s
+    again = runs.result(timeout=2 * RUN_TIMEOUT_S + 60)
     assert again.rc == 0 and again.total("changed") == 0, again.output[-6000:]
 
     sources = sh("ls /etc/apt/sources.list.d; test -e /etc/apt/sources.list && echo LIST")

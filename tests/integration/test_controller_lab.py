@@ -5,7 +5,8 @@ controller makes a new munge key and gives it to the nodes) and
 `playbooks/controller_restore.yml` restores it (and gives the nodes the pool's key back).
 Slurm then has its queue (a held job, same id, still held), its accounting (the finished
 job's record, the accounts, associations and QOS), its fairshare usage and its munge key
-back, every node answers it, a new job runs, and the rebuilt controller backs up again.
+back, every node answers it, the held job runs once released, and the rebuilt controller
+backs up again.
 The times are figures (bench/controller_lab.py), never assertions.
 
 It rebuilds the session's shared controller: every module after it runs on the restored
