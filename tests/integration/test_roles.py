@@ -10,6 +10,8 @@ services and configuration, never GPU behaviour.
 from __future__ import annotations
 
 import json
+import shlex
+import time
 from typing import Any
 
 import jsonschema
@@ -107,6 +109,104 @@ def test_sshd_keys_only_modern_ciphers(hosts: dict[str, Any]) -> None:
     assert "permitrootlogin without-password" in cfg  # lab only; "no" elsewhere
     ciphers = next(line for line in cfg.splitlines() if line.startswith("ciphers "))
     assert "cbc" not in ciphers and "chacha20-poly1305@openssh.com" in ciphers
+
+
+def test_sshd_allow_groups_follow_host_roles(hosts: dict[str, Any],
+                                            lab_desc: Description) -> None:
+    """sshd lets in the operators everywhere and the teams on login and compute nodes
+    (every lab host is one or the other; the lab's controller is its login host too)."""
+    teams = {f"team-{t}" for t in lab_desc.teams}
+    for name, h in hosts.items():
+        # sshd -T prints one allowgroups line per group.
+        allowed = {ln.split()[1] for ln in h.run("sshd -T").stdout.splitlines()
+                   if ln.startswith("allowgroups ")}
+        assert allowed == {"root", "gpupool-admin", "gpupool-oncall", *teams}, name
+
+
+def test_users_reach_a_compute_node_only_through_a_job(hosts: dict[str, Any],
+                                                      lab_desc: Description) -> None:
+    """From the login host, over SSH with a key of their own: a researcher without a job on
+    a GPU node is refused there (pam_slurm_adopt) and let in while a job of theirs runs
+    there; a researcher of another team is still refused; an on-call engineer logs in
+    without a job (pam_access); a user in none of sshd's AllowGroups is refused before
+    PAM is asked. The lab's slurmd tracks processes with proctrack/linuxproc (no cgroup
+    writes in its containers), so the adoption into the job's extern step is not shown
+    here: production's proctrack/cgroup does it."""
+    ctl, node = hosts["lab-ctl"], hosts["lab-gpu1"]
+    addr = lab_desc.nodes["lab-gpu1"].addresses["management"]
+    owner = lab_desc.nodes["lab-gpu1"].owner_team
+    members = {role.value: users for role, users in lab_desc.teams[owner].members.items()}
+    researcher, oncall = members["researcher"][0], members["oncall"][0]
+    other = next(t for t in lab_desc.teams if t != owner)
+    outsider = next(users[0] for role, users in lab_desc.teams[other].members.items()
+                    if role.value == "researcher")
+    stranger = "gpupool-probe"  # a local account in no allowed group
+    probe = "/tmp/gpupool-adopt-probe"  # on the lab host
+
+    keys: dict[str, str] = {}
+
+    def key_for(user: str) -> str:
+        if user not in keys:
+            ctl.run_expect([0], f"rm -rf {probe}-{user} && install -d -o {user} -m 700 "
+                                f"{probe}-{user}")
+            ctl.run_expect([0], f"runuser -u {user} -- ssh-keygen -q -t ed25519 -N '' "
+                                f"-f {probe}-{user}/key")
+            keys[user] = ctl.file(f"{probe}-{user}/key.pub").content_string.strip()
+        return keys[user]
+
+    def authorize(user: str, login: str) -> None:
+        node.run_expect([0], f"install -d -o {login} -g {login} -m 700 ~{login}/.ssh && "
+                             f"echo {shlex.quote(key_for(user))} >> ~{login}/.ssh/authorized_keys "
+                             f"&& chown {login}: ~{login}/.ssh/authorized_keys")
+
+    def ssh(user: str, login: str | None = None) -> tuple[int, str, str]:
+        # The inner ssh's 255 would read as testinfra's own connection failing: its exit
+        # status comes back on the last line instead.
+        out = ctl.run(f"runuser -u {user} -- ssh -i {probe}-{user}/key -o BatchMode=yes "
+                      "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+                      f"-o ConnectTimeout=10 -l {login or user} {addr} hostname; echo $?")
+        *lines, rc = out.stdout.strip().splitlines() or ["", "-1"]
+        return int(rc), "\n".join(lines), out.stderr
+
+    node.run_expect([0], f"id {stranger} >/dev/null 2>&1 || useradd -m -U {stranger}")
+    job = ""
+    try:
+        for user in (researcher, oncall, outsider):
+            authorize(user, user)
+        authorize(researcher, stranger)
+
+        rc, _, err = ssh(researcher)
+        assert rc != 0 and "pam_slurm_adopt" in err, err
+        rc, _, err = ssh(oncall)
+        assert rc == 0, err
+        klass = next(iter(lab_desc.task_classes))
+        job = ctl.run_expect([0], f"runuser -u {researcher} -- sbatch --parsable -p {klass} "
+                                  f"-A {owner} -w lab-gpu1 --gpus=1 -o /dev/null --chdir=/tmp "
+                                  "--wrap 'sleep 300'").stdout.strip()
+        state = ""
+        for _ in range(60):  # bounded: 60 x 2 s
+            state = ctl.run(f"squeue -h -j {job} -o %T").stdout.strip()
+            if state == "RUNNING":
+                break
+            time.sleep(2)
+        assert state == "RUNNING", ctl.run(f"squeue -j {job} -o '%T %r'").stdout
+        rc, out, err = ssh(researcher)
+        assert rc == 0 and out.strip() == "lab-gpu1", err
+        rc, _, err = ssh(outsider)
+        assert rc != 0 and "pam_slurm_adopt" in err, err
+        # The stranger holds a key the node accepts, but is no member of an allowed group.
+        rc, _, err = ssh(researcher, stranger)
+        assert rc != 0 and "pam_slurm_adopt" not in err, err
+        log = node.run(f"journalctl -u ssh --no-pager -n 200 | grep -F 'User {stranger} '"
+                       ).stdout
+        assert "AllowGroups" in log, log
+    finally:
+        if job:
+            ctl.run(f"scancel {job}")
+        node.run(f"userdel -r {stranger}")
+        for user in (researcher, oncall, outsider):
+            ctl.run(f"rm -rf {probe}-{user}")
+            node.run(f"rm -f ~{user}/.ssh/authorized_keys")
 
 
 def test_firewall_follows_declared_flows(hosts: dict[str, Any], lab_desc: Description

@@ -57,10 +57,15 @@ def test_time_sync(host, expect: NodeExpect, in_container: bool,  # type: ignore
             bool(enabled) and synced == "yes")
 
 
+def _sshd_config(host) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """sshd's effective settings, as it reads its files (`sshd -T`)."""
+    return dict(line.split(" ", 1) for line in host.check_output("sshd -T").splitlines()
+                if " " in line)
+
+
 @pytest.mark.action(Action.RECONFIGURE)
 def test_sshd_hardened(host, expect: NodeExpect, measure: Measure) -> None:  # type: ignore[no-untyped-def]
-    cfg = dict(line.split(" ", 1) for line in host.check_output("sshd -T").splitlines()
-               if " " in line)
+    cfg = _sshd_config(host)
     want = {"passwordauthentication": "no", "kbdinteractiveauthentication": "no",
             "pubkeyauthentication": "yes",
             "permitrootlogin": "without-password" if expect.lab else "no"}
@@ -69,6 +74,30 @@ def test_sshd_hardened(host, expect: NodeExpect, measure: Measure) -> None:  # t
             for a in cfg.get(key, "").split(",") if WEAK_CRYPTO.search(a)]
     measure({**got, "weak_algorithms": weak}, {**want, "weak_algorithms": []},
             got == want and not weak)
+
+
+# An account line of sshd's PAM stack that pam_slurm_adopt decides (`-account` too: PAM
+# skips a missing module then, and the check below sees the module itself).
+ADOPT_LINE = re.compile(r"^-?account\s+(required|requisite|\[[^]]*\])\s+pam_slurm_adopt\.so\b")
+
+
+@pytest.mark.action(Action.RECONFIGURE)
+def test_ssh_only_through_a_job(host, expect: NodeExpect, measure: Measure) -> None:  # type: ignore[no-untyped-def]
+    # Users reach a GPU node only through the scheduler: sshd lets in only the pool's groups
+    # (AllowGroups, on every node) and, on a compute node, asks pam_slurm_adopt in its
+    # account stage, so a researcher logs in only while a job of theirs runs there (the
+    # hardening and slurm roles).
+    cfg = _sshd_config(host)  # sshd -T prints one allowgroups line per group: the last
+    got: dict[str, object] = {"allowgroups": bool(cfg.get("allowgroups", "").split())}
+    want: dict[str, object] = {"allowgroups": True}
+    if "compute" in expect.roles:
+        pam = host.run("cat /etc/pam.d/sshd").stdout.splitlines()
+        module = host.run("ls /lib/*/security/pam_slurm_adopt.so /lib/security/pam_slurm_adopt.so"
+                          " 2>/dev/null").stdout.split()
+        got |= {"usepam": cfg.get("usepam"),
+                "pam_slurm_adopt": any(ADOPT_LINE.match(ln.strip()) for ln in pam) and bool(module)}
+        want |= {"usepam": "yes", "pam_slurm_adopt": True}
+    measure(got, want, got == want)
 
 
 @pytest.mark.action(Action.RECONFIGURE)
