@@ -1,11 +1,16 @@
 """What may talk to what, derived from the declared network flows.
 
-A flow {from: X, to: Y, protocol, ports} lets any host that has an address in segment X
-open connections to addresses in segment Y on those ports, from any of its addresses
-(a training node reaches the storage tier through its storage interface). Burst nodes
+A flow {from: X, to: Y, protocol, ports} lets the hosts of segment X open connections to
+addresses in segment Y on those ports, from their address in X: a source is a host's
+address in the flow's source segment, never all its addresses (a node's management address
+is no training source). A host reaching a segment it sits on speaks from its own address
+there, so NFS from a node's storage interface is a storage-to-storage flow. Burst nodes
 take part through the source segment's cloud CIDR, and the admin CIDRs count as members
-of the management segment. Everything else between pool hosts is dropped. The hardening
-role's firewall and the acceptance gate's network checks both come from these functions.
+of the management segment. A flow of protocol `all` from any segment but management leaves
+the management plane's ports closed (catalog.MANAGEMENT_PLANE_PORTS: sshd, Slurm's daemons,
+the exporters); only a flow naming one opens it. Everything else between pool hosts is
+dropped. The hardening role's firewall and the acceptance gate's network checks both come
+from these functions.
 
 Sources are kept per source segment (`segment_sources`, computed once per render) and
 allowances name the segment they come from, so the inventory grows linearly with the pool:
@@ -23,6 +28,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from gpupool.spec.catalog import closed_to_all_flows
 from gpupool.spec.model import Cni, Description, NodeRole
 
 ALL_PORTS = "all"
@@ -51,6 +57,13 @@ class Allowance:
     sources: tuple[str, ...]  # addresses or CIDRs allowed in
     protocol: str  # tcp | udp | all
     ports: tuple[int, ...]  # empty with protocol all
+    closed: tuple[int, ...] = ()  # with protocol all: TCP ports it leaves closed
+
+    def admits(self, port: int) -> bool:
+        """Does it let a TCP connection to this port in?"""
+        if self.protocol == ALL_PORTS:
+            return port not in self.closed
+        return self.protocol == "tcp" and port in self.ports
 
 
 def host_addresses(desc: Description, node: str) -> list[str]:
@@ -58,14 +71,13 @@ def host_addresses(desc: Description, node: str) -> list[str]:
 
 
 def segment_sources(desc: Description) -> dict[str, tuple[str, ...]]:
-    """Per segment that is a flow's source: every address of every host on it, its cloud
-    CIDR (burst nodes), and for management the admin CIDRs. One pass over the hosts."""
+    """Per segment that is a flow's source: each host's address in it, its cloud CIDR
+    (burst nodes), and for management the admin CIDRs. One pass over the hosts."""
     wanted = {f.from_ for f in desc.network.flows}
     found: dict[str, set[str]] = {s: set() for s in sorted(wanted)}
     for node in desc.nodes.values():
-        addresses = node.addresses.values()
         for segment in wanted & node.addresses.keys():
-            found[segment].update(addresses)
+            found[segment].add(node.addresses[segment])
     for segment, addresses in found.items():
         cloud = desc.network.segments[segment].cloud_cidr if (
             segment in desc.network.segments) else None
@@ -124,26 +136,35 @@ def inbound(desc: Description, node: str,
     sources = segment_sources(desc) if sources is None else sources
     mine = desc.nodes[node].addresses
     return [Allowance(flow.to, flow.from_, sources[flow.from_], flow.protocol,
-                      tuple(flow.ports))
+                      tuple(flow.ports),
+                      closed_to_all_flows(flow.from_) if flow.protocol == ALL_PORTS else ())
             for flow in desc.network.flows if flow.to in mine
             ] + kubernetes_inbound(desc, node, sources)
 
 
 def allowed(desc: Description, src: str, dst: str, segment: str, port: int) -> bool:
-    """May node src open a TCP connection to node dst's address in segment on port?"""
-    src_addrs = [ipaddress.ip_address(a) for a in host_addresses(desc, src)]
+    """May node src open a TCP connection to node dst's address in segment on port? src
+    speaks from its own address in that segment where it has one (the kernel picks the
+    interface on the destination's subnet), else from any of its addresses."""
+    mine = desc.nodes[src].addresses
+    src_addrs = [ipaddress.ip_address(a) for a in (
+        [mine[segment]] if segment in mine else host_addresses(desc, src))]
     return any(
         a.segment == segment
         and any(ip in ipaddress.ip_network(s) for ip in src_addrs for s in a.sources)
-        and (a.protocol == ALL_PORTS or (a.protocol == "tcp" and port in a.ports))
+        and a.admits(port)
         for a in inbound(desc, dst))
 
 
-def probe_ports(desc: Description) -> list[int]:
-    """Ports worth probing: every declared TCP port plus one that no flow opens."""
+def canary_port(desc: Description) -> int:
+    """A TCP port no flow names: open only where a flow of protocol `all` admits it."""
     declared = {p for f in desc.network.flows for p in f.ports}
-    canary = next(p for p in range(8081, 65535) if p not in declared)
-    return sorted({*declared, canary})
+    return next(p for p in range(8081, 65535) if p not in declared)
+
+
+def probe_ports(desc: Description) -> list[int]:
+    """Ports worth probing: every declared TCP port plus one that no flow names."""
+    return sorted({*(p for f in desc.network.flows for p in f.ports), canary_port(desc)})
 
 
 def inbound_vars(desc: Description, node: str,
@@ -151,6 +172,6 @@ def inbound_vars(desc: Description, node: str,
     """inbound() as plain data for the hardening role's firewall template: without the
     source addresses, which the template takes from the pool-wide gpupool_flow_sources."""
     return [{"segment": a.segment, "source_segment": a.source_segment,
-             "protocol": a.protocol, "ports": list(a.ports),
+             "protocol": a.protocol, "ports": list(a.ports), "closed": list(a.closed),
              "address": desc.nodes[node].addresses[a.segment]}
             for a in inbound(desc, node, sources)]

@@ -176,6 +176,21 @@ DCGM_EXPORTER_PORT = 9400
 # slurmd registers with slurmctld on the first, slurmctld reaches slurmd on the second.
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818
+SLURMDBD_PORT = 6819
+SSH_PORT = 22
+# The management plane: what operators, the scheduler and the metrics reach a node on. A
+# flow of protocol `all` opens them only from the management segment: east-west `all` on
+# the training fabric is for NCCL and RDMA, and must not let one training node's address
+# reach another's sshd, slurmd or exporters (nor the controller's slurmctld and slurmdbd).
+# A flow that names one of these ports opens it from any segment.
+MANAGEMENT_SEGMENT = "management"
+MANAGEMENT_PLANE_PORTS = (SSH_PORT, SLURMCTLD_PORT, SLURMD_PORT, SLURMDBD_PORT,
+                          NODE_EXPORTER_PORT, DCGM_EXPORTER_PORT)
+
+
+def closed_to_all_flows(source: str) -> tuple[int, ...]:
+    """The TCP ports a protocol-`all` flow from segment `source` leaves closed."""
+    return () if source == MANAGEMENT_SEGMENT else MANAGEMENT_PLANE_PORTS
 
 # The first release of a component that fixes publicly known vulnerabilities a shared pool
 # cannot live with: a lock below it is refused, whatever the description's blocklist says.

@@ -18,6 +18,7 @@ from gpupool.spec.catalog import (
     FIXED_IN,
     GPU_MODELS,
     INSTANCE_TYPES,
+    MANAGEMENT_SEGMENT,
     MIG_GEOMETRIES,
     MOUNT_OPTIONS,
     NODE_EXPORTER_PORT,
@@ -27,7 +28,9 @@ from gpupool.spec.catalog import (
     SLURM_MAX_PRIORITY_TIER,
     SLURMCTLD_PORT,
     SLURMD_PORT,
+    SSH_PORT,
     SYSTEM_DIRECTORIES,
+    closed_to_all_flows,
 )
 from gpupool.spec.errors import Problem
 from gpupool.spec.facts import (
@@ -253,7 +256,7 @@ def network(desc: Description) -> Iterator[Problem]:
         if ipaddress.ip_network(cidr).prefixlen == 0:
             yield Problem(f"network.admin_cidrs[{i}]", "admin-cidr-not-open",
                           "management must not be open to the whole internet", cidr)
-    if "management" in net.segments and _carries(desc, "management", "management", {22}):
+    if "management" in net.segments and _carries(desc, "management", "management", {SSH_PORT}):
         yield Problem("network.flows", "management-ssh-flow",
                       "a management-to-management flow must carry SSH (tcp 22): the "
                       "firewall admits nothing else, and nodes are managed over it", None)
@@ -274,7 +277,7 @@ def _carries(desc: Description, src: str, dst: str, ports: set[int]) -> set[int]
     for f in desc.network.flows:
         if f.from_ == src and f.to == dst:
             if f.protocol == "all":
-                return set()
+                missing &= set(closed_to_all_flows(src))
             if f.protocol == "tcp":
                 missing -= set(f.ports)
     return missing
@@ -299,7 +302,7 @@ def metrics_flow(desc: Description) -> Iterator[Problem]:
 
 # A burst node's only address is in a training subnet (render/cloud.py launches it there)
 # and the controller is reached on its management address.
-BURST_SEGMENT, CONTROLLER_SEGMENT = "training", "management"
+BURST_SEGMENT, CONTROLLER_SEGMENT = "training", MANAGEMENT_SEGMENT
 
 
 @rule("network", "burst_groups")
