@@ -23,7 +23,7 @@ from tests.conftest import lab_description, mutate
 pytestmark = pytest.mark.integration
 DESC = lab_description()
 COMPUTE = [n for n, node in DESC.nodes.items() if "compute" in node.roles]
-CANARY = flows.probe_ports(DESC)[-1]  # a port no flow opens
+CANARY = flows.canary_port(DESC)  # a port no flow names
 FIGURES: dict[str, Any] = {}
 
 

@@ -22,6 +22,8 @@ import yaml
 from gpupool.lab import hosts as labmod
 from gpupool.lab import mirror
 from gpupool.paths import DATA
+from gpupool.render import flows
+from gpupool.spec.catalog import MANAGEMENT_PLANE_PORTS, SLURMDBD_PORT, SSH_PORT
 from gpupool.spec.facts import gpu_nodes
 from gpupool.spec.model import Description
 from tests.conftest import lab_description_path
@@ -220,9 +222,58 @@ def test_firewall_follows_declared_flows(hosts: dict[str, Any], lab_desc: Descri
                 line = next((r for r in rules.splitlines() if f"ip daddr {daddr}" in r
                              and f"@src_{flow.from_}" in r and str(flow.ports[0]) in r), None)
                 assert line, (name, flow)
-        # Sources are pool-wide sets, one per flow source segment. Storage is no flow's
-        # source: no set for it, so nothing is admitted from it.
-        assert "set src_management" in rules and "src_storage" not in rules
+        # Sources are pool-wide sets, one per flow source segment.
+        sets = {ln.split()[1] for ln in rules.splitlines() if ln.strip().startswith("set src_")}
+        assert sets == {f"src_{f.from_}" for f in lab_desc.network.flows
+                        if f.to in node.addresses}, name
+
+
+# Run on a lab host: connect from a chosen local address, and say what happened.
+CONNECT_FROM = """import socket, sys
+for spec in sys.argv[1:]:
+    src, dst, port = spec.split(",")
+    s = socket.socket()
+    s.settimeout(2)
+    s.bind((src, 0))
+    try:
+        s.connect((dst, int(port)))
+        state = "open"
+    except TimeoutError:
+        state = "filtered"
+    except ConnectionRefusedError:
+        state = "refused"
+    finally:
+        s.close()
+    print(spec, state)
+"""
+
+
+def test_management_plane_closed_to_other_segments_addresses(hosts: dict[str, Any],
+                                                               lab_desc: Description) -> None:
+    """A flow's source is a host's address in the flow's source segment, never all its
+    addresses, and east-west `all` leaves the management plane closed: from lab-gpu1's
+    training address, sshd and slurmdbd on the controller and sshd, slurmd and the
+    exporters on lab-gpu2's training address are filtered, while the training fabric
+    stays open between training addresses (a port no service listens on answers
+    `refused`, so the firewall let it through) and lab-gpu1's management address reaches
+    the controller's sshd."""
+    gpu1, gpu2 = lab_desc.nodes["lab-gpu1"].addresses, lab_desc.nodes["lab-gpu2"].addresses
+    ctl = lab_desc.nodes["lab-ctl"].addresses["management"]
+    canary = flows.canary_port(lab_desc)
+    want = {
+        (gpu1["training"], ctl, SSH_PORT): "filtered",
+        (gpu1["training"], ctl, SLURMDBD_PORT): "filtered",
+        **{(gpu1["training"], gpu2["training"], port): "filtered"
+           for port in MANAGEMENT_PLANE_PORTS},
+        (gpu1["training"], gpu2["training"], canary): "refused",
+        (gpu1["management"], ctl, SSH_PORT): "open",
+    }
+    specs = " ".join(",".join(map(str, k)) for k in want)
+    out = hosts["lab-gpu1"].run_expect(
+        [0], f"python3 -c {shlex.quote(CONNECT_FROM)} {specs}").stdout
+    got = {tuple(spec.split(",")): state for spec, state in
+           (line.split() for line in out.splitlines() if line.strip())}
+    assert got == {tuple(map(str, k)): v for k, v in want.items()}
 
 
 def test_sysctls_rendered_and_only_namespaced_applied(hosts: dict[str, Any],
