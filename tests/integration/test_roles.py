@@ -30,7 +30,6 @@ from tests.conftest import lab_description_path
 from tests.integration.conftest import HOST_GLOBAL_SYSCTLS, SiteRuns, host_sysctls
 
 pytestmark = pytest.mark.integration
-NFS_PORT = 2049  # the lab's storage-to-storage flow carries it
 
 
 @pytest.fixture(scope="module")
@@ -266,13 +265,15 @@ def test_management_plane_closed_to_other_segments_addresses(hosts: dict[str, An
     gpu1, gpu2 = lab_desc.nodes["lab-gpu1"].addresses, lab_desc.nodes["lab-gpu2"].addresses
     ctl = lab_desc.nodes["lab-ctl"].addresses
     canary = flows.canary_port(lab_desc)
+    # NFS's port, as the description's storage-to-storage flow names it.
+    nfs = next(f.ports[0] for f in lab_desc.network.flows if f.from_ == f.to == "storage")
     want: dict[tuple[str, str, int], set[str]] = {
         **{(gpu1["training"], gpu2["training"], port): {"filtered"}
            for port in MANAGEMENT_PLANE_PORTS},
         (gpu1["training"], gpu2["training"], canary): {"refused"},
         (gpu1["storage"], ctl["storage"], SSH_PORT): {"filtered"},
         (gpu1["storage"], ctl["storage"], SLURMDBD_PORT): {"filtered"},
-        (gpu1["storage"], ctl["storage"], NFS_PORT): {"open", "refused"},
+        (gpu1["storage"], ctl["storage"], nfs): {"open", "refused"},
         (gpu1["management"], ctl["management"], SSH_PORT): {"open"},
     }
     specs = {",".join(map(str, k)): states for k, states in want.items()}
