@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 from gpupool.lab import mirror
 from gpupool.paths import PROJECT_ROOT
 from gpupool.render import ansible_yaml, inventory
-from gpupool.spec.model import Description, FsType
+from gpupool.spec.model import SHARED_FSTYPES, Description
 
 Report = Callable[[str], None]
 T = TypeVar("T")
@@ -376,7 +376,7 @@ def shared_mounts(desc: Description) -> list[str]:
     written on one host are read on another, as on a real pool."""
     args = []
     for name, tier in desc.storage_tiers.items():
-        if tier.mount is None or tier.mount.fstype not in (FsType.NFS, FsType.LUSTRE):
+        if tier.mount is None or tier.mount.fstype not in SHARED_FSTYPES:
             continue
         src = lab_dir(desc) / "storage" / name
         src.mkdir(parents=True, exist_ok=True)

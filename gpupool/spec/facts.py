@@ -40,8 +40,15 @@ def gpu_nodes(desc: Description) -> list[str]:
     ]
 
 
+def controllers(desc: Description) -> list[str]:
+    """The Slurm controllers in description order: the primary, then the backup (where
+    failover is declared)."""
+    return [n for n, node in desc.nodes.items() if NodeRole.CONTROLLER in node.roles]
+
+
 def controller(desc: Description) -> str:
-    return next(n for n, node in desc.nodes.items() if NodeRole.CONTROLLER in node.roles)
+    """The primary controller: slurmdbd, the database, metrics and backups live there."""
+    return controllers(desc)[0]
 
 
 def burst_instance_types(group: BurstGroup) -> list[InstanceType]:

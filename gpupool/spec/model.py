@@ -269,6 +269,10 @@ class FsType(StrEnum):
     OBJECT = "object"
 
 
+# The file systems several hosts mount at once (the lab shares a host directory for them).
+SHARED_FSTYPES = (FsType.NFS, FsType.LUSTRE)
+
+
 MOUNT_PATH_RE = r"^(/[A-Za-z0-9_][-A-Za-z0-9_.]*)+$"  # absolute; no '//', no trailing '/'
 # host:/export (NFS) or nid@net[:nid@net]:/fsname (Lustre)
 MOUNT_SOURCE_RE = r"^([A-Za-z0-9][-A-Za-z0-9_.@:,]*:/[-A-Za-z0-9_./]*)?$"
@@ -419,6 +423,18 @@ class Backup(Strict):
     keep: Annotated[Int, Field(ge=1, le=1000)] = 28
 
 
+class Failover(Strict):
+    """A backup Slurm controller: the second node with the controller role (in description
+    order) runs slurmctld too, and takes over when the first stops answering. Both keep
+    Slurm's saved state on one network tier, so the backup resumes the same queue."""
+
+    # The storage tier (an NFS or Lustre mount) that holds Slurm's StateSaveLocation; both
+    # controllers mount it. It should not live on either controller.
+    state_tier: Name
+    # How long the backup waits on a silent primary before it takes over (SlurmctldTimeout).
+    takeover_after: Duration = "120s"
+
+
 class Cni(StrEnum):
     """The pod network, which decides the ports nodes open to each other."""
 
@@ -452,6 +468,7 @@ class Description(Strict):
     kubernetes: Kubernetes | None = None
     health: Health = Health()
     backup: Backup | None = None
+    failover: Failover | None = None
     # Where the description was read from (set by the loader), for tools run later that
     # must read the same file (the gate run by the admission role).
     _source: Path | None = PrivateAttr(default=None)

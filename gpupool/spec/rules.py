@@ -34,6 +34,7 @@ from gpupool.spec.catalog import (
 )
 from gpupool.spec.errors import Problem
 from gpupool.spec.facts import (
+    controllers,
     gpu_capacity,
     preemption_kueue_expressible,
     preemption_slurm_expressible,
@@ -44,6 +45,7 @@ from gpupool.spec.model import (
     BUCKET_PURPOSES,
     LINK_KINDS,
     SEGMENT_NAMES,
+    SHARED_FSTYPES,
     Capacity,
     Description,
     Egress,
@@ -182,10 +184,6 @@ def _mig_layout(path: str, gpu: Gpu) -> Iterator[Problem]:
 @rule("nodes", "sites", "node_classes", "teams")
 def nodes(desc: Description) -> Iterator[Problem]:
     racks = rack_places(desc)
-    controllers = [n for n, node in desc.nodes.items() if NodeRole.CONTROLLER in node.roles]
-    if len(controllers) != 1:
-        yield Problem("nodes", "one-controller",
-                      "exactly one node must have the controller role", controllers)
     for name, node in desc.nodes.items():
         path = f"nodes.{name}"
         if node.class_ not in desc.node_classes:
@@ -780,6 +778,40 @@ def backup(desc: Description) -> Iterator[Problem]:
         yield Problem("backup.keep", "backup-outlives-retention",
                       f"{b.keep} backups every {b.interval} reach back {kept_days} days, beyond "
                       f"tier {b.tier}'s retention of {tier.retention_days} days", b.keep)
+
+
+# A takeover later than SlurmdTimeout's floor lets nodes go DOWN first; one sooner than a
+# few seconds takes over from a primary that is only busy.
+TAKEOVER_S = (10, 3600)
+
+
+@rule("nodes", "failover")
+def controller_count(desc: Description) -> Iterator[Problem]:
+    found = controllers(desc)
+    if len(found) != (2 if desc.failover else 1):
+        yield Problem("nodes", "one-controller",
+                      "exactly one node must have the controller role (two, primary first, "
+                      "where failover is declared)", found)
+
+
+@rule("failover", "storage_tiers", "nodes")
+def failover(desc: Description) -> Iterator[Problem]:
+    f = desc.failover
+    if f is None:
+        return
+    if not TAKEOVER_S[0] <= duration_seconds(f.takeover_after) <= TAKEOVER_S[1]:
+        yield Problem("failover.takeover_after", "failover-takeover-range",
+                      "the backup takes over after 10 seconds to 1 hour", f.takeover_after)
+    tier = desc.storage_tiers.get(f.state_tier)
+    if tier is None or tier.mount is None or tier.mount.fstype not in SHARED_FSTYPES:
+        yield Problem("failover.state_tier", "failover-state-shared",
+                      "both controllers read Slurm's state from it: name a tier with an "
+                      f"{' or '.join(t.value for t in SHARED_FSTYPES)} mount", f.state_tier)
+    elif (server := tier.mount.source.split(":", 1)[0]) in desc.nodes and \
+            NodeRole.CONTROLLER in desc.nodes[server].roles:
+        yield Problem("failover.state_tier", "failover-state-off-controllers",
+                      f"tier {f.state_tier} is served by controller {server}: losing that "
+                      "host would take the state the backup needs with it", f.state_tier)
 
 
 @rule("health")
