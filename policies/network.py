@@ -138,10 +138,10 @@ def _routes_to(table: Res, address: str) -> bool:
 
 
 @stack_policy("network-burst-subnet-routes-to-controller", "network", Level.MANDATORY,
-              "Every burst subnet is associated with a route table that sends the "
+              "Every burst subnet is associated with a route table that sends each "
               "controller's on-prem segment over the hybrid link.")
 def burst_subnet_routes(stack: Stack, desc: Description) -> Iterator[tuple[str | None, str]]:
-    name, address = cloud.controller_address(desc)
+    ctls = cloud.controller_addresses(desc)  # the backup too: a burst node turns to it
     tables = {r.name: r for r in stack.of_type(AWS_ROUTE_TABLE)}
     associated = {r.name for r in stack.of_type(AWS_ROUTE_TABLE_ASSOCIATION)}
     for subnet in stack.of_type(AWS_SUBNET):
@@ -155,8 +155,8 @@ def burst_subnet_routes(stack: Stack, desc: Description) -> Iterator[tuple[str |
                                f"{tags.get('route-table')!r})")
         elif subnet.name not in associated:
             yield subnet.urn, f"{where} is not associated with its route table {table.name}"
-        elif not _routes_to(table, address):
-            yield subnet.urn, (f"{where} has no route to the controller {name} ({address}) "
+        elif missing := [f"{n} ({a})" for n, a in ctls if not _routes_to(table, a)]:
+            yield subnet.urn, (f"{where} has no route to the controller {' or '.join(missing)} "
                                f"through the hybrid link: route table {table.name} sends "
                                "nothing covering it to a gateway")
 

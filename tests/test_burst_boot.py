@@ -120,8 +120,8 @@ def test_user_data_is_valid_bash_and_keeps_the_facts(desc: Description, name: st
     secret = (f"--region {group.region} --secret-id {cloud.munge_secret_name(desc)} "
               "--query SecretBinary")
     assert secret in script
-    _, address = cloud.controller_address(desc)
-    assert f"conf_server={address}:{cloud.SLURMCTLD_PORT}\n" in script
+    servers = ",".join(f"{a}:{cloud.SLURMCTLD_PORT}" for _, a in cloud.controller_addresses(desc))
+    assert f"conf_server={servers}\n" in script
     # The key is in place and munge restarted, then the gate passed, before slurmd starts.
     assert (script.index("systemctl restart munge") < script.index("gpupool.gate.boot")
             < script.index("/etc/default/slurmd") < script.index("systemctl restart slurmd"))
@@ -139,7 +139,7 @@ def test_a_booted_instance_writes_the_key_and_starts_slurmd_configless(tmp_path:
     assert key.read_bytes() == KEY
     assert stat.S_IMODE(key.stat().st_mode) == 0o400
     assert not (tmp_path / "etc/munge/munge.key.new").exists()
-    _, address = cloud.controller_address(desc)
+    [(_, address)] = cloud.controller_addresses(desc)
     assert (tmp_path / "etc/default/slurmd").read_text() == (
         f'SLURMD_OPTIONS="--conf-server {address}:6817 -N prod-h100-burst-3"\n')
     # Debian's unit needs /etc/slurm/slurm.conf, which a configless node never has.
@@ -159,6 +159,18 @@ def test_a_booted_instance_writes_the_key_and_starts_slurmd_configless(tmp_path:
     # IMDSv2: a token first, then the tag with it.
     assert "X-aws-ec2-metadata-token: token" in done.log("curl")
     assert KEY_B64[:40] not in done.stderr  # the key never reaches the log
+
+
+def test_a_burst_node_knows_the_backup_controller(tmp_path: Path) -> None:
+    # The lab declares failover: slurmd asks the primary for its configuration and turns
+    # to the backup when the primary does not answer.
+    desc = loader.load_stack("lab", ROOT)
+    name, group = next(iter(desc.burst_groups.items()))
+    done = _boot(tmp_path, cloud.user_data(desc, name, group), NODE_TAG="l4-burst-1",
+                 MUNGE_B64=KEY_B64)
+    assert done.rc == 0, done.stderr
+    assert (tmp_path / "etc/default/slurmd").read_text() == (
+        'SLURMD_OPTIONS="--conf-server 10.231.30.10:6817,10.231.30.14:6817 -N l4-burst-1"\n')
 
 
 @pytest.mark.parametrize("tag", ['n1"; touch PWNED; "', "$(touch PWNED)", "-N", "Node1",
@@ -234,9 +246,10 @@ def test_a_node_that_does_not_pass_drains_itself_and_never_starts_slurmd(
                  MUNGE_B64="eA==", GATE=outcome)
     assert done.rc != 0
     assert f"gpupool: {reason}" in done.stderr
-    ctl, address = cloud.controller_address(desc)
+    # The lab declares a backup controller: scontrol turns to it when the primary is down.
     assert (tmp_path / cloud.CLIENT_CONF.lstrip("/")).read_text() == (
-        f"ClusterName={desc.pool.name}\nSlurmctldHost={ctl}({address})\n")
+        f"ClusterName={desc.pool.name}\nSlurmctldHost=lab-ctl(10.231.30.10)\n"
+        "SlurmctldHost=lab-ctl2(10.231.30.14)\n")
     scontrol = [c for c in done.log("commands").splitlines() if " scontrol " in c]
     # Powered down (Slurm requeues its job, the suspend program terminates the instance),
     # then drained with the reason, which the power-down would otherwise have reset.

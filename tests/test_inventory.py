@@ -93,7 +93,9 @@ def test_lab_inventory_groups(tmp_path: Path) -> None:
     inv = tmp_path / "inventory.yml"
     cli.main(["inventory", "--stack", "lab", "-o", str(inv)])
     listed = _list(inv)
-    assert listed["role_controller"]["hosts"] == ["lab-ctl"]
+    # Both controllers run slurmctld; the primary alone holds the database and the timers.
+    assert sorted(listed["role_controller"]["hosts"]) == ["lab-ctl", "lab-ctl2"]
+    assert listed["controller_primary"]["hosts"] == ["lab-ctl"]
     assert sorted(listed["role_compute"]["hosts"]) == ["lab-gpu1", "lab-gpu2", "lab-gpu3"]
     assert sorted(listed["leaf_leaf1"]["hosts"]) == ["lab-ctl", "lab-gpu1", "lab-gpu2"]
     assert listed["team_nlp"]["hosts"] == ["lab-gpu3"]

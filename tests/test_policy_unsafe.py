@@ -47,10 +47,12 @@ def _unsafe_program_inputs() -> Stack:
 def test_validator_rejects_the_unsafe_description_first() -> None:
     with pytest.raises(loader.DescriptionError) as exc:
         loader.parse(mutate(raw_stack("lab"), UNSAFE_DESCRIPTION))
-    # Without the checkpoints tier the lab's controller backups have no bucket either.
+    # Without the checkpoints tier the lab's controller backups have no bucket, and its
+    # two controllers no shared state, either.
     assert {p.rule for p in exc.value.problems} == {"admin-cidr-not-open",
                                                     "spot-needs-checkpoints",
-                                                    "backup-tier-bucket"}
+                                                    "backup-tier-bucket",
+                                                    "failover-state-shared"}
 
 
 def test_validator_lets_unversioned_checkpoints_through() -> None:

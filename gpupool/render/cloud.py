@@ -19,7 +19,7 @@ from typing import Any
 from gpupool.render import node_labels
 from gpupool.render.node_labels import LABEL_PREFIX
 from gpupool.spec.catalog import INSTANCE_TYPES, SLURMCTLD_PORT
-from gpupool.spec.facts import controller
+from gpupool.spec.facts import controllers
 from gpupool.spec.model import (
     BUCKET_PURPOSES,
     NAME_RE,
@@ -422,12 +422,14 @@ def node_policy(desc: Description, group: BurstGroup, datasets_arn: str,
     return {"Version": "2012-10-17", "Statement": statements}
 
 
-def controller_address(desc: Description) -> tuple[str, str]:
-    """(name, management address) of the Slurm controller, which every burst node reaches."""
-    name = controller(desc)
-    node = desc.nodes[name]
-    address = node.addresses.get("management") or next(iter(node.addresses.values()))
-    return name, address
+def controller_addresses(desc: Description) -> list[tuple[str, str]]:
+    """(name, management address) of each Slurm controller, primary first: every burst node
+    reaches them, and turns to the backup when the primary does not answer."""
+    out = []
+    for name in controllers(desc):
+        node = desc.nodes[name]
+        out.append((name, node.addresses.get("management") or next(iter(node.addresses.values()))))
+    return out
 
 
 # The tag the resume program gives an instance: its Slurm node name
@@ -594,8 +596,13 @@ def _join_slurm(desc: Description, group: BurstGroup) -> list[str]:
     the pool's munge key from Secrets Manager, slurmd configless from the controller.
     Every value from the description is quoted; the tag is checked against the node-name
     rule before use."""
-    ctl, address = controller_address(desc)
-    host = f"[{address}]" if ipaddress.ip_address(address).version == 6 else address
+    ctls = controller_addresses(desc)
+    # slurmd --conf-server takes the controllers comma-separated, primary first.
+    conf_server = ",".join(
+        f"[{a}]:{SLURMCTLD_PORT}" if ipaddress.ip_address(a).version == 6
+        else f"{a}:{SLURMCTLD_PORT}" for _, a in ctls)
+    client_conf = [f"ClusterName={desc.pool.name}",
+                   *(f"SlurmctldHost={c}({a})" for c, a in ctls)]
     q = shlex.quote
     # The CLI's own timeouts bound each try (its defaults are a minute each).
     fetch = (f"aws secretsmanager get-secret-value --region {q(group.region)} "
@@ -649,8 +656,7 @@ def _join_slurm(desc: Description, group: BurstGroup) -> list[str]:
         '  reason="${reason:-gpupool gate could not run (no gate in the image?)}"',
         '  echo "gpupool: $reason" >&2',
         f"  install -d -m 0755 {q(CLIENT_CONF.rsplit('/', 1)[0])}",
-        f"  printf '%s\\n' {q(f'ClusterName={desc.pool.name}')} "
-        f"{q(f'SlurmctldHost={ctl}({address})')} > {q(CLIENT_CONF)}",
+        f"  printf '%s\\n' {' '.join(q(line) for line in client_conf)} > {q(CLIENT_CONF)}",
         # Power down first: in Slurm 22.05 power_down_force resets the node to idle,
         # dropping a drain set before it (measured in the lab), so the drain comes after.
         f'  SLURM_CONF={q(CLIENT_CONF)} scontrol update nodename="$node"'
@@ -661,7 +667,7 @@ def _join_slurm(desc: Description, group: BurstGroup) -> list[str]:
         "fi",
         # Configless: slurmd takes slurm.conf and the rest from slurmctld, so the image
         # never carries a stale copy. Debian's slurmd unit reads SLURMD_OPTIONS from here.
-        f"conf_server={q(f'{host}:{SLURMCTLD_PORT}')}",
+        f"conf_server={q(conf_server)}",
         'printf \'SLURMD_OPTIONS="--conf-server %s -N %s"\\n\' "$conf_server" "$node"'
         " > /etc/default/slurmd",
         # Debian's unit starts slurmd only where /etc/slurm/slurm.conf exists, which a

@@ -1,8 +1,8 @@
 """The Ansible inventory derived from a pool description.
 
 Groups: role_*, class_*, site_*, leaf_*, rack_*, team_* (a node's owner team), gpu_*
-(GPU model) and burst_* (cloud nodes join these when they register). Group names use
-underscores because Ansible rejects '-' in them.
+(GPU model), burst_* (cloud nodes join these when they register) and controller_primary.
+Group names use underscores because Ansible rejects '-' in them.
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from gpupool.render import cloud, flows, node_labels, scheduling, slurm
 from gpupool.render import mig_config as mig_render
 from gpupool.spec.catalog import INSTANCE_TYPES
 from gpupool.spec.connection import Connection
-from gpupool.spec.facts import gpu_capacity, rack_places
+from gpupool.spec.facts import controller, gpu_capacity, rack_places
 from gpupool.spec.model import Description, duration_seconds
+
+PRIMARY_GROUP = "controller_primary"
 
 
 def group_name(prefix: str, name: str) -> str:
@@ -68,6 +70,8 @@ def pool_vars(desc: Description) -> dict[str, Any]:
         # durations in seconds so no role parses them.
         "gpupool_health": health_plan(desc),
         "gpupool_backup": backup_plan(desc),
+        # The backup controller and the tier both controllers keep Slurm's state on, or None.
+        "gpupool_failover": desc.failover.model_dump(mode="json") if desc.failover else None,
         # Idle-GPU reclaim per task class (gpupool/render/scheduling.py), for the controller.
         "gpupool_idle_reclaim": scheduling.idle_reclaim_plan(desc),
         **({"gpupool_description_file": str(desc.source)} if desc.source else {}),
@@ -133,6 +137,9 @@ def build(desc: Description, extra_vars: dict[str, Any] | None = None,
         gpu = desc.node_classes[node.class_].gpu
         if gpu is not None:
             add(group_name("gpu", gpu.model), name)
+    # The primary controller alone: the accounting database, metrics, backups and the
+    # record of rollouts live there (a backup controller is in role_controller too).
+    add(PRIMARY_GROUP, controller(desc))
     for team in desc.teams:
         add(group_name("team", team))
     for burst in desc.burst_groups:

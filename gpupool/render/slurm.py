@@ -38,12 +38,13 @@ from gpupool.spec.facts import (
     burst_instance_types,
     burst_model,
     controller,
+    controllers,
     gpu_nodes,
     preemption_slurm_expressible,
     rack_places,
 )
 from gpupool.spec.mig import is_partitioned
-from gpupool.spec.model import Capacity, Description, NodeRole
+from gpupool.spec.model import Capacity, Description, NodeRole, duration_seconds
 
 # Slurm caps PriorityTier and PriorityJobFactor at this value.
 MAX_TIER = SLURM_MAX_PRIORITY_TIER
@@ -61,6 +62,9 @@ BURST_SUBNET_SEGMENT = "training"
 # default): long enough for Slurm to place the jobs elsewhere, short enough that capacity
 # coming back is used within minutes.
 BURST_CAPACITY_BLACKOUT_S = 600
+# Slurm's saved state under the failover state tier's mount, one directory per pool, so
+# pools sharing a filer never share a queue.
+STATE_DIR = "{mount}/slurmctld-{pool}"
 BILLING = "CPU=0,GRES/gpu=1"  # fairshare on GPU-seconds only
 GPU_DEVICE = "/dev/nvidia{}"
 # Lab only: the character devices standing in for MIG instances, named like the driver's
@@ -275,8 +279,7 @@ def slurm_conf(desc: Description) -> list[str]:
     """The description-derived part of slurm.conf (the role adds daemon settings)."""
     classes = class_policies(desc)
     _check_preemption(desc, classes)
-    ctl = controller(desc)
-    ctl_addr = desc.nodes[ctl].addresses["management"]
+    ctl_addr = desc.nodes[controller(desc)].addresses["management"]
     tuning = TUNING[desc.pool.environment]
     all_nodes = nodes(desc)
     cloud = [n for n in all_nodes if n.cloud]
@@ -284,7 +287,10 @@ def slurm_conf(desc: Description) -> list[str]:
     min_mem_per_cpu = min(n.real_memory_mb // n.cpus for n in all_nodes)
     lines = [
         f"ClusterName={_word(desc.pool.name, 'ClusterName')}",
-        f"SlurmctldHost={_word(ctl, 'SlurmctldHost')}({_word(ctl_addr, 'SlurmctldHost')})",
+        # Primary first: the second takes over when the first is silent SlurmctldTimeout.
+        *(f"SlurmctldHost={_word(c, 'SlurmctldHost')}"
+          f"({_word(desc.nodes[c].addresses['management'], 'SlurmctldHost')})"
+          for c in controllers(desc)),
         f"AccountingStorageHost={_word(ctl_addr, 'AccountingStorageHost')}",
         "AccountingStorageType=accounting_storage/slurmdbd",
         f"AccountingStorageTRES={_word(','.join(tres(desc)), 'AccountingStorageTRES')}",
@@ -308,6 +314,8 @@ def slurm_conf(desc: Description) -> list[str]:
     ]
     lines += [f"{k}={v}" for k, v in tuning.items()
               if k not in {"SuspendTime", "SuspendTimeout", "ResumeTimeout"}]
+    if desc.failover:
+        lines.append(f"SlurmctldTimeout={duration_seconds(desc.failover.takeover_after)}")
     if cloud:
         lines += [
             f"ResumeProgram={RESUME_PROGRAM}",
@@ -480,13 +488,28 @@ def fixture_mig_devices(desc: Description) -> dict[str, list[str]]:
             for n in nodes(desc) if n.mig and not n.cloud}
 
 
+def state_dir(desc: Description) -> str | None:
+    """Where both controllers keep Slurm's saved state (failover declared), else None: the
+    role's local directory."""
+    if desc.failover is None:
+        return None
+    mount = desc.storage_tiers[desc.failover.state_tier].mount
+    if mount is None:  # rules.failover refuses this; a description built in code may not
+        raise SlurmPolicyError(f"failover state tier {desc.failover.state_tier} has no mount")
+    return STATE_DIR.format(mount=mount.path, pool=desc.pool.name)
+
+
 def plan(desc: Description) -> dict[str, Any]:
     """Everything the `slurm` role needs, as the Ansible variable `gpupool_slurm`."""
-    ctl = controller(desc)
+    ctls = [{"name": c, "addr": desc.nodes[c].addresses["management"]}
+            for c in controllers(desc)]
     return {
         "cluster": desc.pool.name,
         "environment": desc.pool.environment,
-        "controller": {"name": ctl, "addr": desc.nodes[ctl].addresses["management"]},
+        # The primary (database, accounting, metrics, backups), then every slurmctld host.
+        "controller": ctls[0],
+        "controllers": ctls,
+        "state_dir": state_dir(desc),
         "compute_nodes": [n.name for n in nodes(desc) if not n.cloud],
         "login_nodes": [n for n, node in desc.nodes.items() if NodeRole.LOGIN in node.roles],
         "slurm_conf": slurm_conf(desc),
