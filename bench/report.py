@@ -107,6 +107,8 @@ RUNBOOK_FIGURES: dict[str, list[Figure]] = {
         ("host lost to Slurm with its queue and usage back", "controller_lab",
          "time_to_recover_s", "s"),
         ("one backup taken and shipped", "controller_lab", "backup_s", "s"),
+        ("primary killed to the backup accepting jobs / primary back in control",
+         "failover_lab", "takeover_s failback_s", "s"),
     ],
     "spot-interruption.md": [
         ("spot notice: job requeued / running again", "slurm_lab",

@@ -1,13 +1,19 @@
-"""The controller lost and rebuilt from bare on the lab (issue 17): the backup timer's
-service ships a backup to the pool's bucket (moto, a local endpoint the lab hosts reach);
-the controller's host is destroyed and made anew, `site.yml` converges the pool (the new
-controller makes a new munge key and gives it to the nodes) and
-`playbooks/controller_restore.yml` restores it (and gives the nodes the pool's key back).
-Slurm then has its queue (a held job, same id, still held), its accounting (the finished
-job's record, the accounts, associations and QOS), its fairshare usage and its munge key
-back, every node answers it, the held job runs once released, and the rebuilt controller
-backs up again.
-The times are figures (bench/controller_lab.py), never assertions.
+"""The controller on the lab (issue 17). First the backup controller's takeover: the
+primary's slurmctld is killed, the backup (lab-ctl2, on the state both keep on the shared
+tier) takes over, a running job keeps running and a new one is accepted and runs; the
+primary started again takes control back.
+
+Then the controller lost and rebuilt from bare: the backup timer's service ships a backup
+to the pool's bucket (moto, a local endpoint the lab hosts reach); the controller's host
+is destroyed and made anew, `site.yml` converges the pool (the new controller makes a new
+munge key and gives it to the nodes) and `playbooks/controller_restore.yml` restores it
+(and gives the nodes the pool's key back). Meanwhile the backup controller keeps the
+queue, which lives on the shared tier; the restore puts back what lived only on the lost
+host (the accounting database) and the state as it was backed up. Slurm then has its
+queue (a held job, same id, still held), its accounting (the finished job's record, the
+accounts, associations and QOS), its fairshare usage and its munge key back, every node
+answers it, the held job runs once released, and the rebuilt controller backs up again.
+The times are figures (bench/controller_lab.py, bench/failover_lab.py), never assertions.
 
 It rebuilds the session's shared controller: every module after it runs on the restored
 one, which is the strongest check that nothing was left behind."""
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import boto3
@@ -23,10 +30,13 @@ import pytest
 
 import bench
 import bench.controller_lab
+import bench.failover_lab
 from gpupool.lab import burst_hosts, localaws, slurm_cluster
 from gpupool.lab import hosts as labmod
 from gpupool.render import cloud
-from gpupool.spec.model import Description
+from gpupool.render.slurm import state_dir
+from gpupool.spec.facts import controllers
+from gpupool.spec.model import Description, duration_seconds
 from tests.integration.conftest import ansible_playbook
 
 pytestmark = pytest.mark.integration
@@ -53,6 +63,73 @@ def _seen(pool: slurm_cluster.SlurmLab) -> dict[str, Any]:
             "qos": sorted(pool.sh(QOS).splitlines()),
             "munge": {n: pool.sh("sha256sum /etc/munge/munge.key", node=n).split()[0]
                       for n in sorted(pool.desc.nodes)}}
+
+
+def _quietly(probe: Callable[[], str]) -> str:
+    """probe's answer, or "" while no controller answers it (a takeover under way)."""
+    try:
+        return probe()
+    except (slurm_cluster.SlurmLabError, labmod.LabError):
+        return ""
+
+
+def test_the_backup_controller_takes_over_and_gives_control_back(
+        pool: slurm_cluster.SlurmLab, lab_desc: Description) -> None:
+    assert lab_desc.failover is not None, "the lab description declares a backup controller"
+    primary, backup = controllers(lab_desc)
+    klass, team = next(iter(lab_desc.task_classes)), next(iter(lab_desc.teams))
+    conf = pool.sh("grep -h '^SlurmctldHost\\|^StateSaveLocation' /etc/slurm/slurm.conf",
+                   node=backup)
+    assert f"SlurmctldHost={backup}(" in conf and "StateSaveLocation=/checkpoints/" in conf
+    assert pool.sh("systemctl is-active slurmctld", node=backup, check=False).strip() == "active"
+    pool.cancel_all()
+    running = pool.sbatch(f"-p {klass}", f"-A {team}", "--gpus=1", "-C onprem",
+                          script="#!/bin/bash\nsleep 90\n")
+    wait_for("the job running", lambda: pool.state(running) == "RUNNING", 120)
+    # slurmctld saves a change within 5 s; a crash sooner loses it (the first drill did:
+    # the backup found the job pending, and drained the node that ran it).
+    saved = f"{state_dir(lab_desc)}/job_state"
+    start = int(pool.sh(f'date -d "$(squeue -h -j {running} -o %S)" +%s'))
+    wait_for("the running job saved", lambda: int(pool.sh("date +%s")) >= start + 6
+             and int(pool.sh(f"stat -c %Y {saved}")) >= start, 30)
+
+    # The primary's daemon dies without a word (no state saved on the way out).
+    t0 = time.monotonic()
+    pool.sh("systemctl kill --signal=SIGKILL slurmctld", node=primary)
+    wait_for("the backup in control", lambda: "Slurmctld(backup) at " in (
+        ping := pool.sh("scontrol ping", check=False)) and
+        f"at {primary} is DOWN" in ping and f"at {backup} is UP" in ping, 120)
+    # New work is accepted (the submission from the primary's host reaches the backup) and
+    # runs; the job that was running when the primary died is still running.
+    fresh = wait_for("a job accepted by the backup", lambda: _quietly(lambda: pool.sbatch(
+        f"-p {klass}", f"-A {team}", "--gpus=1", "-C onprem",
+        script="#!/bin/bash\nsleep 2\n")), 120)
+    takeover_s = time.monotonic() - t0
+    assert pool.state(running) == "RUNNING"
+    wait_for("the new job done", lambda: pool.state(fresh) == "COMPLETED", 120)
+    accepted_s = time.monotonic() - t0
+
+    # The primary comes back and takes control again, with the queue as the backup left it.
+    # The lab's systemd hears of the empty unit only when its stop times out (90 s): wait,
+    # so the figure is the primary's return, not the lab's quirk.
+    wait_for("the killed unit stopped", lambda: pool.sh(
+        "systemctl is-active slurmctld", node=primary, check=False).strip()
+        in {"failed", "inactive"}, 150)
+    t1 = time.monotonic()
+    pool.sh("systemctl reset-failed slurmctld; systemctl start slurmctld", node=primary)
+    wait_for("the primary in control", lambda: pool.sh(
+        "systemctl is-active slurmctld", node=backup, check=False).strip() == "active"
+        and f"at {primary} is UP" in pool.sh("scontrol ping", check=False)
+        and _quietly(lambda: pool.state(running)) in {"RUNNING", "COMPLETED"}, 180)
+    failback_s = time.monotonic() - t1
+    wait_for("the first job done", lambda: pool.state(running) == "COMPLETED", 180)
+    assert pool.sacct(running)[0]["State"] == "COMPLETED"
+    slurm_cluster.ready(lab_desc)
+    bench.write("failover_lab", {
+        "takeover_s": round(takeover_s, 1), "first_job_done_after_kill_s": round(accepted_s, 1),
+        "failback_s": round(failback_s, 1),
+        "takeover_after_s": duration_seconds(lab_desc.failover.takeover_after)},
+        f"pytest -m integration {bench.failover_lab.TEST}")
 
 
 def test_a_controller_rebuilt_from_bare_gets_its_queue_accounts_and_usage_back(
@@ -105,7 +182,6 @@ def test_a_controller_rebuilt_from_bare_gets_its_queue_accounts_and_usage_back(
             site = ansible_playbook(inv, "playbooks/site.yml", *extra, timeout=1800)
             assert site.rc == 0, site.output[-6000:]
             rebuild_s = time.monotonic() - lost
-            assert "Invalid job id" in pool.sh(f"scontrol show job {held} 2>&1", check=False)
 
             t0 = time.monotonic()
             restore = ansible_playbook(inv, "playbooks/controller_restore.yml", *extra)
