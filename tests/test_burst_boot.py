@@ -170,7 +170,7 @@ def test_a_burst_node_knows_the_backup_controller(tmp_path: Path) -> None:
                  MUNGE_B64=KEY_B64)
     assert done.rc == 0, done.stderr
     assert (tmp_path / "etc/default/slurmd").read_text() == (
-        'SLURMD_OPTIONS="--conf-server 10.231.30.10:6817,10.231.30.14:6817 -N l4-burst-1"\n')
+        'SLURMD_OPTIONS="--conf-server 10.231.30.10:6817,10.231.30.20:6817 -N l4-burst-1"\n')
 
 
 @pytest.mark.parametrize("tag", ['n1"; touch PWNED; "', "$(touch PWNED)", "-N", "Node1",
@@ -249,7 +249,7 @@ def test_a_node_that_does_not_pass_drains_itself_and_never_starts_slurmd(
     # The lab declares a backup controller: scontrol turns to it when the primary is down.
     assert (tmp_path / cloud.CLIENT_CONF.lstrip("/")).read_text() == (
         f"ClusterName={desc.pool.name}\nSlurmctldHost=lab-ctl(10.231.30.10)\n"
-        "SlurmctldHost=lab-ctl2(10.231.30.14)\n")
+        "SlurmctldHost=lab-ctl2(10.231.30.20)\n")
     scontrol = [c for c in done.log("commands").splitlines() if " scontrol " in c]
     # Powered down (Slurm requeues its job, the suspend program terminates the instance),
     # then drained with the reason, which the power-down would otherwise have reset.

@@ -117,7 +117,7 @@ CASES: list[tuple[str, str, Callable[[Stack], Stack], str]] = [
                     lambda p: p.update(routes=[r for r in p["routes"]
                                                if r["cidrBlock"] != "10.231.30.0/24"])),
      "burst subnet lab-eu-west-1-training-eu-west-1a has no route to the controller lab-ctl "
-     "(10.231.30.10) or lab-ctl2 (10.231.30.14) through the hybrid link"),
+     "(10.231.30.10) or lab-ctl2 (10.231.30.20) through the hybrid link"),
     ("network-no-public-ips", "lab",
      lambda s: edit(s, ":Subnet", "lab-eu-west-1-training-eu-west-1a",
                     lambda p: p.update(mapPublicIpOnLaunch=True)),
