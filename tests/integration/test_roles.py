@@ -25,7 +25,7 @@ from gpupool.paths import DATA
 from gpupool.render import flows
 from gpupool.spec.catalog import MANAGEMENT_PLANE_PORTS, SLURMDBD_PORT, SSH_PORT
 from gpupool.spec.facts import gpu_nodes
-from gpupool.spec.model import Description
+from gpupool.spec.model import Description, NodeRole
 from tests.conftest import lab_description_path
 from tests.integration.conftest import HOST_GLOBAL_SYSCTLS, SiteRuns, host_sysctls
 
@@ -115,14 +115,18 @@ def test_sshd_keys_only_modern_ciphers(hosts: dict[str, Any]) -> None:
 
 def test_sshd_allow_groups_follow_host_roles(hosts: dict[str, Any],
                                             lab_desc: Description) -> None:
-    """sshd lets in the operators everywhere and the teams on login and compute nodes
-    (every lab host is one or the other; the lab's controller is its login host too)."""
+    """sshd lets in the operators everywhere and the teams on login and compute nodes only
+    (the lab's backup controller, lab-ctl2, is neither: operators only)."""
     teams = {f"team-{t}" for t in lab_desc.teams}
     for name, h in hosts.items():
         # sshd -T prints one allowgroups line per group.
         allowed = {ln.split()[1] for ln in h.run("sshd -T").stdout.splitlines()
                    if ln.startswith("allowgroups ")}
-        assert allowed == {"root", "gpupool-admin", "gpupool-oncall", *teams}, name
+        users = {NodeRole.LOGIN, NodeRole.COMPUTE} & set(lab_desc.nodes[name].roles)
+        assert allowed == {"root", "gpupool-admin", "gpupool-oncall",
+                           *(teams if users else ())}, name
+    assert any(set(n.roles) == {NodeRole.CONTROLLER} for n in lab_desc.nodes.values()), (
+        "the lab has a controller-only host")
 
 
 def test_users_reach_a_compute_node_only_through_a_job(hosts: dict[str, Any],
