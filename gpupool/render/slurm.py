@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupool.render import cloud
+from gpupool.render.cloud import controller_addresses
 from gpupool.render.scheduling import ClassPolicy, class_policies, preemption_pairs, team_quotas
 from gpupool.spec.catalog import SLURM_MAX_PRIORITY_TIER
 from gpupool.spec.facts import (
@@ -38,7 +39,6 @@ from gpupool.spec.facts import (
     burst_instance_types,
     burst_model,
     controller,
-    controllers,
     gpu_nodes,
     preemption_slurm_expressible,
     rack_places,
@@ -288,9 +288,8 @@ def slurm_conf(desc: Description) -> list[str]:
     lines = [
         f"ClusterName={_word(desc.pool.name, 'ClusterName')}",
         # Primary first: the second takes over when the first is silent SlurmctldTimeout.
-        *(f"SlurmctldHost={_word(c, 'SlurmctldHost')}"
-          f"({_word(desc.nodes[c].addresses['management'], 'SlurmctldHost')})"
-          for c in controllers(desc)),
+        *(f"SlurmctldHost={_word(c, 'SlurmctldHost')}({_word(a, 'SlurmctldHost')})"
+          for c, a in controller_addresses(desc)),
         f"AccountingStorageHost={_word(ctl_addr, 'AccountingStorageHost')}",
         "AccountingStorageType=accounting_storage/slurmdbd",
         f"AccountingStorageTRES={_word(','.join(tres(desc)), 'AccountingStorageTRES')}",
@@ -501,8 +500,7 @@ def state_dir(desc: Description) -> str | None:
 
 def plan(desc: Description) -> dict[str, Any]:
     """Everything the `slurm` role needs, as the Ansible variable `gpupool_slurm`."""
-    ctls = [{"name": c, "addr": desc.nodes[c].addresses["management"]}
-            for c in controllers(desc)]
+    ctls = [{"name": c, "addr": a} for c, a in controller_addresses(desc)]
     return {
         "cluster": desc.pool.name,
         "environment": desc.pool.environment,
