@@ -73,18 +73,25 @@ class NetworkSegments(Component):
             revoke_rules_on_delete=True, tags={**tags, "Name": f"{name}-{seg}",
                                                "segment": seg},
             opts=self.child()) for seg in sorted(desc.network.segments)}
+        # The Kubernetes cluster's on-prem nodes, which a burst node's pod network peers with.
+        lists = {n: aws.ec2.ManagedPrefixList(
+            f"{name}-{n}", name=f"{name}-{n}", address_family="IPv4",
+            max_entries=len(entries), entries=[
+                {"cidr": c, "description": node} for c, node in sorted(entries.items())],
+            tags={**tags, "Name": f"{name}-{n}"}, opts=self.child())
+            for n, entries in cloud.prefix_lists(desc).items()}
         for rule in cloud.firewall_rules(desc):
-            flow = desc.network.flows[rule.flow]
             kind = (aws.vpc.SecurityGroupIngressRule if rule.direction == "ingress"
                     else aws.vpc.SecurityGroupEgressRule)
             peer = ({"referenced_security_group_id": groups[rule.peer_segment].id}
-                    if rule.peer_segment else {"cidr_ipv4": rule.peer_cidr})
+                    if rule.peer_segment else {"prefix_list_id": lists[rule.peer_list].id}
+                    if rule.peer_list else {"cidr_ipv4": rule.peer_cidr})
             ports = {} if rule.port is None else {"from_port": rule.port, "to_port": rule.port}
             kind(f"{name}-{rule.key}", security_group_id=groups[rule.segment].id,
-                 ip_protocol=rule.protocol, description=(
-                     flow.description or f"flow {flow.from_} to {flow.to}")[:255],
-                 tags={**tags, "flow": str(rule.flow), "segment": rule.segment,
-                       "peer": rule.peer_segment or rule.peer_cidr or ""},
+                 ip_protocol=rule.protocol, description=cloud.rule_description(desc, rule),
+                 tags={**tags, "flow": "kubernetes" if rule.flow is None else str(rule.flow),
+                       "segment": rule.segment,
+                       "peer": rule.peer},
                  **peer, **ports,
                  opts=self.child())
         zones = cloud.region_zones(desc, region)

@@ -63,7 +63,7 @@ def no_open_ingress(r: Res, desc: Description) -> Iterator[str]:
 
 
 def _allowed(desc: Description) -> set[tuple[str, str, str, str, int | None]]:
-    allowed = {(f.segment, f.direction, f.peer_segment or f.peer_cidr or "", f.protocol, f.port)
+    allowed = {(f.segment, f.direction, f.peer, f.protocol, f.port)
                for f in cloud.firewall_rules(desc)}
     allowed |= cloud.service_rules(desc)
     return allowed

@@ -97,9 +97,12 @@ def test_no_ingress_from_anywhere_and_management_only_from_admin_cidrs(stack: st
     groups = {r.inputs["name"].rsplit("-", 1)[1]: r for r in of_type(run, ":SecurityGroup")}
     ids = {f"{r.name}-id": seg for seg, r in groups.items()}
     allowed = {(f.from_, f.to, p) for f in desc.network.flows for p in (f.ports or [None])}
-    # The interface endpoints' group admits HTTPS from the nodes (test_private_egress_...).
+    # The interface endpoints' group admits HTTPS from the nodes (test_private_egress_...),
+    # the burst nodes' group Kubernetes' ports from the cluster's prefix lists
+    # (test_kubernetes_rules_refer_to_the_clusters_prefix_lists).
     ingress = [r for r in of_type(run, ":SecurityGroupIngressRule")
-               if r.inputs["tags"]["segment"] != cloud.ENDPOINTS_SEGMENT]
+               if r.inputs["tags"]["segment"] != cloud.ENDPOINTS_SEGMENT
+               and r.inputs["tags"].get("flow") != "kubernetes"]
     assert ingress
     for rule in ingress:
         cidr = rule.inputs.get("cidrIpv4")
@@ -121,6 +124,31 @@ def test_no_ingress_from_anywhere_and_management_only_from_admin_cidrs(stack: st
                      for r in ingress if ids[r.inputs["securityGroupId"]] == f.to
                      and r.inputs.get("fromPort") == port}
             assert found == {"sg", "cidr"}, (f, port)
+
+
+def test_kubernetes_rules_refer_to_the_clusters_prefix_lists() -> None:
+    """The example declares a cluster: its burst nodes' group admits and reaches exactly
+    cloud.kubernetes_rules(), on-prem peers through prefix lists of the cluster's nodes."""
+    desc = loader.load_stack("example", ROOT)
+    run = declared("example")
+    lists = {f"{r.name}-id": r.inputs for r in of_type(run, ":ManagedPrefixList")}
+    for name, entries in cloud.prefix_lists(desc).items():
+        (held,) = [p for p in lists.values() if p["name"].endswith(f"-{name}")]
+        assert {e["cidr"]: e["description"] for e in held["entries"]} == entries
+        assert held["maxEntries"] == len(entries)
+    rules = [r for r in [*of_type(run, ":SecurityGroupIngressRule"),
+                         *of_type(run, ":SecurityGroupEgressRule")]
+             if r.inputs["tags"].get("flow") == "kubernetes"]
+    seen = set()
+    for r in rules:
+        assert "cidrIpv4" not in r.inputs, r.name
+        if "prefixListId" in r.inputs:
+            assert lists[r.inputs["prefixListId"]]["name"].endswith(r.inputs["tags"]["peer"])
+        seen.add((r.inputs["tags"]["segment"], r.inputs["tags"]["peer"],
+                  r.inputs["ipProtocol"], r.inputs["fromPort"]))
+    want = {(k.segment, k.peer, k.protocol, k.port) for k in cloud.firewall_rules(desc)
+            if k.flow is None}
+    assert want and seen == want
 
 
 def test_s3_endpoint_and_flow_logs_per_vpc(stack: str) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from gpupool.render import cloud, flows, inventory, k8s_objects, node_labels
 from gpupool.spec import loader
+from gpupool.spec.catalog import BURST_SEGMENT
 from gpupool.spec.model import Cni, Description, Kubernetes
 from tests.conftest import ROOT
 from tests.test_inventory import _firewall
@@ -131,8 +132,40 @@ def test_firewall_admits_what_kubernetes_needs_and_nothing_more(
     assert sources["kubernetes-control-plane"] == (ctl_addr,)
     assert set(desc.network.admin_cidrs) <= set(sources["kubernetes-api-clients"])
     assert not set(desc.network.admin_cidrs) & set(sources["kubernetes-nodes"])
-    # Burst nodes join through the management segment's cloud range.
-    assert desc.network.segments["management"].cloud_cidr in sources["kubernetes-nodes"]
+    # Burst nodes join from their one address, in the burst segment's cloud block.
+    assert desc.network.segments[BURST_SEGMENT].cloud_cidr in sources["kubernetes-nodes"]
+    assert desc.network.segments["management"].cloud_cidr not in sources["kubernetes-nodes"]
+
+
+@pytest.mark.parametrize("cni", list(Cni))
+def test_burst_security_groups_admit_what_kubernetes_needs_and_nothing_more(cni: Cni) -> None:
+    """The cloud side of the same cluster: the burst nodes' group (their subnets' segment)
+    lets kubelet in from the control plane, lets the API server out to it, and carries the
+    pod network both ways with the other burst nodes and the cluster's on-prem nodes, each
+    side a prefix list of exactly those nodes' management addresses. Nothing else, on no
+    other group, and nothing at all without a cluster or without bursting."""
+    desc = with_kubernetes(loader.load_stack("lab", ROOT), cni)
+    control, nodes = flows.KUBERNETES_CONTROL_PLANE, flows.KUBERNETES_NODES
+    mgmt = {n: f"{node.addresses['management']}/32" for n, node in desc.nodes.items()}
+    assert cloud.prefix_lists(desc) == {
+        control: {mgmt["lab-ctl"]: "lab-ctl"},
+        nodes: {mgmt[n]: n for n in ("lab-ctl", "lab-gpu1", "lab-gpu2", "lab-gpu3")}}
+    want = {("ingress", control, "tcp", flows.KUBELET),
+            ("egress", control, "tcp", flows.API_SERVER)}
+    for protocol, ports in flows.CNI_PORTS[cni]:
+        want |= {(d, peer, protocol, p) for d in ("ingress", "egress")
+                 for peer in (BURST_SEGMENT, nodes) for p in ports}
+    rules = cloud.kubernetes_rules(desc)
+    assert {r.segment for r in rules} == {BURST_SEGMENT}
+    assert {(r.direction, r.peer, r.protocol, r.port) for r in rules} == want
+    # The program declares them (firewall_rules) unless a flow already opens the same.
+    declared = {r.key: r for r in cloud.firewall_rules(desc)}
+    assert {r.key for r in rules} <= set(declared)
+    for r in (declared[r.key] for r in rules if declared[r.key].flow is None):
+        assert cloud.rule_description(desc, r).startswith("Kubernetes: "), r
+    for plain in (loader.load_stack("lab", ROOT), desc.model_copy(update={"burst_groups": {}})):
+        assert cloud.kubernetes_rules(plain) == set()
+        assert cloud.prefix_lists(plain) == {}
 
 
 def test_login_and_storage_only_hosts_open_nothing_for_kubernetes() -> None:

@@ -16,9 +16,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from gpupool.render import node_labels
+from gpupool.render import flows, node_labels
 from gpupool.render.node_labels import LABEL_PREFIX
-from gpupool.spec.catalog import INSTANCE_TYPES, SLURMCTLD_PORT
+from gpupool.spec.catalog import BURST_SEGMENT, INSTANCE_TYPES, SLURMCTLD_PORT
 from gpupool.spec.facts import controllers
 from gpupool.spec.model import (
     BUCKET_PURPOSES,
@@ -127,13 +127,17 @@ class FirewallRule:
     peer_cidr: str | None  # the other side's address block
     protocol: str  # tcp | udp | -1 (all)
     port: int | None
-    flow: int  # index into network.flows, for the rule's description
+    flow: int | None  # index into network.flows; None: the declared Kubernetes cluster's
+    peer_list: str | None = None  # or a managed prefix list of prefix_lists()
+
+    @property
+    def peer(self) -> str:
+        return self.peer_segment or self.peer_cidr or self.peer_list or ""
 
     @property
     def key(self) -> str:
-        peer = self.peer_segment or self.peer_cidr or ""
         port = "all" if self.port is None else str(self.port)
-        peer = peer.replace("/", "_").replace(".", "-")
+        peer = self.peer.replace("/", "_").replace(".", "-")
         return f"{self.segment}-{self.direction[:2]}-{peer}-{self.protocol}-{port}"
 
 
@@ -159,11 +163,64 @@ def firewall_rules(desc: Description) -> list[FirewallRule]:
                 rules.add(FirewallRule(flow.to, "ingress", None, cidr, protocol, port, i))
             for cidr in onprem_sources(desc, flow.to):
                 rules.add(FirewallRule(flow.from_, "egress", None, cidr, protocol, port, i))
-    # Two flows can imply the same rule; keep the first flow's.
+    rules |= kubernetes_rules(desc)
+    # Two flows can imply the same rule; keep the first flow's (a flow's before Kubernetes').
     first: dict[str, FirewallRule] = {}
-    for r in sorted(rules, key=lambda r: (r.flow, r.key)):
+    for r in sorted(rules, key=lambda r: (r.flow is None, r.flow or 0, r.key)):
         first.setdefault(r.key, r)
     return sorted(first.values(), key=lambda r: r.key)
+
+
+def rule_description(desc: Description, rule: FirewallRule) -> str:
+    """The security group rule's description: its flow's, or what Kubernetes needs it for."""
+    if rule.flow is None:
+        cni = desc.kubernetes.cni.value if desc.kubernetes else ""
+        what = {flows.KUBELET: "kubelet from the control plane",
+                flows.API_SERVER: "the API server"}.get(rule.port or 0, f"{cni} pod network")
+        return f"Kubernetes: {what}"
+    flow = desc.network.flows[rule.flow]
+    return (flow.description or f"flow {flow.from_} to {flow.to}")[:255]
+
+
+def prefix_lists(desc: Description) -> dict[str, dict[str, str]]:
+    """Managed prefix lists the burst regions' security groups refer to, name -> address
+    block -> node: the declared Kubernetes cluster's control plane and its on-prem nodes,
+    each by its management address (kubelet's node IP). Empty without a cluster or bursting."""
+    k8s = desc.kubernetes
+    if k8s is None or not desc.burst_groups or BURST_SEGMENT not in desc.network.segments:
+        return {}
+    seg = flows.KUBERNETES_SEGMENT
+    members = [n for n in desc.nodes if flows.kubernetes_member(desc, n)]
+    return {name: {f"{desc.nodes[n].addresses[seg]}/32": n for n in nodes}
+            for name, nodes in ((flows.KUBERNETES_CONTROL_PLANE, k8s.control_plane),
+                                (flows.KUBERNETES_NODES, members))}
+
+
+def kubernetes_rules(desc: Description) -> set[FirewallRule]:
+    """Burst nodes as workers of the declared Kubernetes cluster, on their burst-segment
+    group (kubelet's node IP is their one address): kubelet in from the control plane, the
+    API server out to it, and the pod network's ports both ways with the other burst nodes
+    (the group itself) and the cluster's on-prem nodes. The on-prem side is a prefix list
+    of exactly those nodes' addresses (prefix_lists), not the management block: login and
+    storage hosts there are no pod network peers. AWS counts a list's size against the
+    group's rule quota (1,000 at most per interface), which bounds the cluster's on-prem
+    size a burst node can peer with."""
+    k8s = desc.kubernetes
+    if k8s is None or not prefix_lists(desc):
+        return set()
+    control, nodes = flows.KUBERNETES_CONTROL_PLANE, flows.KUBERNETES_NODES
+
+    def rule(direction: str, protocol: str, port: int, *, segment: str | None = None,
+             listed: str | None = None) -> FirewallRule:
+        return FirewallRule(BURST_SEGMENT, direction, segment, None, protocol, port, None,
+                            listed)
+
+    out = {rule("ingress", "tcp", flows.KUBELET, listed=control),
+           rule("egress", "tcp", flows.API_SERVER, listed=control)}
+    for protocol, ports in flows.CNI_PORTS[k8s.cni]:
+        out |= {rule(d, protocol, p, **peer) for d in ("ingress", "egress") for p in ports
+                for peer in ({"segment": BURST_SEGMENT}, {"listed": nodes})}
+    return out
 
 
 # AWS APIs a burst node calls (instance identity and tags, the munge key, SSM, its logs),

@@ -20,7 +20,8 @@ A declared Kubernetes cluster adds its own allowances, on the nodes' management
 addresses (kubelet's node IP) and only on the nodes of the cluster: the API server from
 the cluster's nodes and the admin ranges, etcd between control-plane nodes, kubelet from
 the control plane, and the pod network's ports between the cluster's nodes. Their sources
-are the pseudo segments KUBERNETES_* in segment_sources().
+are the pseudo segments KUBERNETES_* in segment_sources(). Burst nodes, workers too, come
+from their subnets' block; their security groups' side is cloud.kubernetes_rules().
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from gpupool.spec.catalog import closed_to_all_flows
+from gpupool.spec.catalog import BURST_SEGMENT, closed_to_all_flows
 from gpupool.spec.model import Cni, Description, NodeRole
 
 ALL_PORTS = "all"
@@ -101,8 +102,11 @@ def kubernetes_sources(desc: Description) -> dict[str, tuple[str, ...]]:
     k8s = desc.kubernetes
     if k8s is None:
         return {}
-    segment = desc.network.segments.get(KUBERNETES_SEGMENT)
-    cloud = [segment.cloud_cidr] if segment is not None and segment.cloud_cidr else []
+    # Burst nodes are workers too: kubelet's node IP is their one address, in a subnet of
+    # the burst segment's cloud block.
+    segment = desc.network.segments.get(BURST_SEGMENT)
+    cloud = ([segment.cloud_cidr] if desc.burst_groups and segment is not None
+             and segment.cloud_cidr else [])
     nodes = sorted({desc.nodes[n].addresses[KUBERNETES_SEGMENT]
                     for n in desc.nodes if kubernetes_member(desc, n)} | set(cloud))
     control = sorted({desc.nodes[n].addresses[KUBERNETES_SEGMENT] for n in k8s.control_plane})

@@ -32,7 +32,7 @@ from typing import Any
 from gpupool.render import cloud
 from gpupool.render.cloud import controller_addresses
 from gpupool.render.scheduling import ClassPolicy, class_policies, preemption_pairs, team_quotas
-from gpupool.spec.catalog import SLURM_MAX_PRIORITY_TIER
+from gpupool.spec.catalog import BURST_SEGMENT, SLURM_MAX_PRIORITY_TIER
 from gpupool.spec.facts import (
     burst_capacity_split,
     burst_gpus_per_node,
@@ -55,8 +55,6 @@ USABLE_MEMORY = 0.95
 RESUME_PROGRAM = "/usr/local/sbin/gpupool-burst-resume"
 SUSPEND_PROGRAM = "/usr/local/sbin/gpupool-burst-suspend"
 BURST_CONFIG = "/etc/slurm/gpupool-burst.json"
-# The segment whose subnets a burst group's instances launch into (infra/burst.py).
-BURST_SUBNET_SEGMENT = "training"
 # How long a burst node that found no capacity in any declared type and market stays
 # DOWN before Slurm may pick it again (AWS ParallelCluster's insufficient_capacity_timeout
 # default): long enough for Slurm to place the jobs elsewhere, short enough that capacity
@@ -462,7 +460,7 @@ def burst_config(desc: Description) -> dict[str, Any]:
                # Where its instances go: the pool's subnets of this segment in these zones
                # (one zone with EFA), in the cluster placement group when EFA is declared.
                "zones": cloud.group_zones(g),
-               "subnet_segment": BURST_SUBNET_SEGMENT,
+               "subnet_segment": BURST_SEGMENT,
                "placement_group": cloud.burst_name(desc, name) if cloud.efa_interfaces(g)
                else None,
                "capacity_blackout_s": BURST_CAPACITY_BLACKOUT_S,

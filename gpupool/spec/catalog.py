@@ -184,6 +184,9 @@ SSH_PORT = 22
 # reach another's sshd, slurmd or exporters (nor the controller's slurmctld and slurmdbd).
 # A flow that names one of these ports opens it from any segment.
 MANAGEMENT_SEGMENT = "management"
+# The segment whose subnets burst instances launch into (infra/burst.py): a burst node's
+# one address, its kubelet's node IP and the source of its traffic to on-prem hosts.
+BURST_SEGMENT = "training"
 MANAGEMENT_PLANE_PORTS = (SSH_PORT, SLURMCTLD_PORT, SLURMD_PORT, SLURMDBD_PORT,
                           NODE_EXPORTER_PORT, DCGM_EXPORTER_PORT)
 

@@ -14,6 +14,7 @@ from itertools import combinations
 
 from gpupool.spec import mig
 from gpupool.spec.catalog import (
+    BURST_SEGMENT,
     DCGM_EXPORTER_PORT,
     FIXED_IN,
     GPU_MODELS,
@@ -298,9 +299,9 @@ def metrics_flow(desc: Description) -> Iterator[Problem]:
                       "controller scrapes each node on its management address", None)
 
 
-# A burst node's only address is in a training subnet (render/cloud.py launches it there)
-# and the controller is reached on its management address.
-BURST_SEGMENT, CONTROLLER_SEGMENT = "training", MANAGEMENT_SEGMENT
+# A burst node's only address is in a BURST_SEGMENT subnet and the controller is reached
+# on its management address.
+CONTROLLER_SEGMENT = MANAGEMENT_SEGMENT
 
 
 @rule("network", "burst_groups")
