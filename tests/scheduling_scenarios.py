@@ -13,9 +13,9 @@ kueue_outcome() from the rendered Kueue objects by Kueue v0.19's documented admi
 rules (kueue.sigs.k8s.io/docs/concepts/cluster_queue/: nominalQuota and borrowingLimit
 within a cohort, flavorFungibility, preemption reclaimWithinCohort/withinClusterQueue;
 /docs/concepts/resource_flavor/: nodeLabels against a pod's nodeSelector, nodeTaints and
-tolerations). Each scenario is stated so that an integration test can replay it on the
-lab's real Slurm (not in the suite yet). Jobs take whole nodes (the lab's GPU nodes carry
-4 L4 each).
+tolerations). tests/integration/test_slurm_lab.py replays each scenario on the lab's real
+Slurm and checks slurmctld's answer against slurm_outcome(). Jobs take whole nodes (the
+lab's GPU nodes carry 4 L4 each).
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from gpupool.render import cloud, slurm
 from gpupool.spec.facts import controller, rack_places
 from tests.conftest import lab_description
 from tests.integration.conftest import Run, ansible_playbook
+from tests.scheduling_scenarios import SCENARIOS, Job, Scenario, slurm_outcome
 
 pytestmark = pytest.mark.integration
 
@@ -317,6 +318,88 @@ def test_fairshare_orders_teams_after_usage(cluster):
     assert (cluster.state(n), cluster.state(v)) == ("RUNNING", "PENDING")
     cluster.cancel_all()
 
+
+
+# -- the scheduling scenarios on real Slurm --------------------------------------------------
+# tests/scheduling_scenarios.py states each scenario once; tests/test_kueue_semantics.py reads
+# what Slurm and Kueue do from the rendered configurations. Here slurmctld itself answers:
+# the running jobs start on on-prem nodes (-C onprem), the arriving job goes wherever Slurm
+# sends it. Burst nodes are not booted here (the lab's ResumeProgram only records the
+# request), so a job sent to burst capacity is proven by its allocation: CONFIGURING on a
+# cloud node while the node would power up.
+
+CLOUD_NAMES = {n.name for n in CLOUD}
+
+
+def _scenario_job(cluster: Slurm, job: Job, *extra: str) -> str:
+    # Preemptible work checkpoints and hands itself back on preemption (the job convention);
+    # every job outlasts the scenario and is cancelled at its end.
+    preemptible = DESC.task_classes[job.task_class].preemptible
+    return cluster.sbatch(f"-p {job.task_class}", f"-A {job.team}", f"-N {job.nodes}",
+                          f"--gpus-per-node={GPUS_PER_NODE}", *extra,
+                          script=CHECKPOINTING if preemptible else SHOW_GPUS, work=900)
+
+
+def _preempted(cluster: Slurm, running: list[tuple[Job, str]]) -> set[str]:
+    """The classes of running jobs that accounting shows preempted (requeued by the job
+    itself, or by Slurm after GraceTime)."""
+    return {j.task_class for j, jid in running
+            if cluster.sacct(jid)[0]["State"] in ("REQUEUED", "PREEMPTED")}
+
+
+def _power_down(cluster: Slurm, nodes: set[str]) -> None:
+    """Cloud nodes a scenario allocated, never booted, back to powered down and usable, so
+    the burst proofs below start from them: DOWN, then a forced power down, as the burst
+    program returns a node it could not launch (gpupool/onhost/burst.py). A forced power
+    down alone leaves a powering-up node NOT_RESPONDING in Slurm 22.05, and slurmctld then
+    never picks it again."""
+    for node in sorted(nodes):
+        cluster.sh(f"scontrol update nodename={node} state=down "
+                   "reason='gpupool test: a scenario allocated it'")
+        cluster.sh(f"scontrol update nodename={node} state=power_down_force")
+
+    def usable(node: str) -> bool:
+        state = cluster.sh(f"scontrol show node {node}").split("State=", 1)[1].split()[0]
+        return state.split("+") == ["IDLE", "CLOUD", "POWERED_DOWN"]
+
+    wait_for("the cloud nodes powered down", lambda: all(usable(n) for n in nodes), 120)
+
+
+@pytest.mark.parametrize("s", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_scheduling_scenario_on_real_slurm(cluster, s: Scenario):
+    """slurmctld does what scheduling_scenarios.slurm_outcome reads from the rendered
+    slurm.conf and accounting limits: whether the arriving job starts, on burst capacity or
+    not, which running classes it preempts, and its time limit."""
+    assert slurm_outcome(DESC, s) == s.expect, "the rendering no longer says what is expected"
+    running = [(j, _scenario_job(cluster, j, "-C onprem")) for j in s.running]
+    wait_for("the running jobs started", lambda: all(
+        cluster.state(jid) == "RUNNING" for _, jid in running), 60)
+    arriving = _scenario_job(cluster, s.arriving)
+    allocated: set[str] = set()
+    try:
+        if s.expect.starts:
+            wait_for("the arriving job started", lambda: cluster.state(arriving) in (
+                "RUNNING", "CONFIGURING"), 120)
+            nodes = set(burst.expand_hostlist(cluster.job(arriving)["NodeList"]))
+            allocated = nodes & CLOUD_NAMES
+            assert bool(allocated) == s.expect.on_burst, nodes
+        else:
+            wait_for("the arriving job evaluated", lambda: cluster.job(arriving)["Reason"]
+                     not in ("None", ""), 20)
+            time.sleep(6)  # several scheduling passes (sched_interval=2) start nothing
+            assert cluster.state(arriving) == "PENDING", cluster.job(arriving)
+        if s.expect.preempts:
+            preempted = wait_for("the preemption in accounting",
+                                 lambda: _preempted(cluster, running), 60)
+            assert tuple(sorted(preempted)) == s.expect.preempts
+        else:
+            assert _preempted(cluster, running) == set()
+            assert [cluster.state(jid) for _, jid in running] == ["RUNNING"] * len(running)
+        if s.max_runtime_s:
+            assert cluster.job(arriving)["TimeLimit"] == slurm.time_limit(s.max_runtime_s)
+    finally:
+        cluster.cancel_all()
+        _power_down(cluster, allocated)
 
 RELAY = "/var/spool/slurm/gpupool-burst-requests"  # the lab's ResumeProgram's record
 
