@@ -154,9 +154,19 @@ class Nic(Strict):
     speed_gbps: Annotated[Int, Field(ge=1, le=3200)]
 
 
+# An NVMe model number as the kernel reports it (/sys/block/nvme*/device/model, 40 ASCII
+# characters at most) and a device's stable path: how roles/storage finds the scratch
+# devices (gpupool/onhost/scratch_devices.py), never from kernel names guessed from a count.
+NVME_MODEL_RE = r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,39}$"
+DEVICE_PATH_RE = r"^/dev/disk/by-(id|path)/[A-Za-z0-9][A-Za-z0-9:._-]{0,127}$"
+
+
 class Nvme(Strict):
     count: Annotated[Int, Field(ge=0, le=32)] = 0
     size_gib: Annotated[Int, Field(ge=0, le=1_048_576)] = 0
+    # Which devices are scratch: every NVMe device of this model, or exactly these.
+    model: Annotated[str, StringConstraints(pattern=NVME_MODEL_RE)] | None = None
+    devices: list[Annotated[str, StringConstraints(pattern=DEVICE_PATH_RE)]] = []
 
 
 class NodeClass(Strict):

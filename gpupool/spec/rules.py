@@ -104,6 +104,30 @@ def topology(desc: Description) -> Iterator[Problem]:
 
 
 @rule("node_classes")
+def scratch_devices_named(desc: Description) -> Iterator[Problem]:
+    """The storage role builds scratch on the devices the description names, by model or
+    by stable path: a count alone would have it guess kernel names (/dev/nvme0n1...), which
+    on a node with a boot or data NVMe device picks the wrong disk and wipes it."""
+    for name, nc in desc.node_classes.items():
+        nvme, path = nc.nvme, f"node_classes.{name}.nvme"
+        if nvme.count and (nvme.model is None) == (not nvme.devices):
+            yield Problem(path, "scratch-devices-named",
+                          "name the scratch devices by `model` or by `devices` (stable "
+                          "/dev/disk/by-id paths), exactly one of them",
+                          nvme.model_dump(mode="json", exclude_defaults=True))
+        elif nvme.devices and len(nvme.devices) != nvme.count:
+            yield Problem(f"{path}.devices", "scratch-devices-count",
+                          f"{len(nvme.devices)} devices for a count of {nvme.count}",
+                          nvme.devices)
+        elif len(set(nvme.devices)) != len(nvme.devices):
+            yield Problem(f"{path}.devices", "scratch-devices-unique",
+                          "a device is named twice", nvme.devices)
+        elif not nvme.count and (nvme.model is not None or nvme.devices):
+            yield Problem(f"{path}.count", "scratch-devices-count",
+                          "devices are named for a count of 0", nvme.count)
+
+
+@rule("node_classes")
 def node_classes(desc: Description) -> Iterator[Problem]:
     for name, nc in desc.node_classes.items():
         if nc.gpu is None:

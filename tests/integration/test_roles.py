@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -27,7 +28,12 @@ from gpupool.spec.catalog import MANAGEMENT_PLANE_PORTS, SLURMDBD_PORT, SSH_PORT
 from gpupool.spec.facts import gpu_nodes
 from gpupool.spec.model import Description, NodeRole
 from tests.conftest import lab_description_path
-from tests.integration.conftest import HOST_GLOBAL_SYSCTLS, SiteRuns, host_sysctls
+from tests.integration.conftest import (
+    HOST_GLOBAL_SYSCTLS,
+    SiteRuns,
+    ansible_playbook,
+    host_sysctls,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -381,6 +387,35 @@ def test_storage_mounts_rendered_and_teams_separated(hosts: dict[str, Any],
     # vision's researcher writes into vision's checkpoints; nlp's cannot.
     assert h.run("runuser -u alice -- touch /checkpoints/vision/probe").rc == 0
     assert h.run("runuser -u erin -- touch /checkpoints/vision/probe2").rc != 0
+
+
+def test_scratch_is_built_only_on_the_declared_devices(hosts: dict[str, Any],
+                                                     lab_desc: Description,
+                                                     tmp_path: Path) -> None:
+    """The storage role's scratch steps through Ansible on a lab host, reading its real
+    lsblk (gpupool/onhost/scratch_devices.py). The lab's hosts have no NVMe devices, so this
+    is the refusing side: a declared model no disk has, and a stable path that is no disk,
+    stop the play with the finder's reason before anything is built. Building on blank
+    devices is covered by tests/test_scratch_devices.py over recorded lsblk trees."""
+    node = "lab-gpu1"
+    book = tmp_path / "scratch.yml"
+    book.write_text(yaml.safe_dump([{"name": "Scratch", "hosts": node, "gather_facts": False,
+                                     "tasks": [{"ansible.builtin.include_role": {
+                                         "name": "storage", "tasks_from": "scratch.yml",
+                                         "vars_from": "Debian.yml"}}]}]))
+    cases = [({"storage_scratch_model": "SAMSUNG MZQL23T8HCLS-00A07"},
+              "found 0 disk(s) of model 'SAMSUNG MZQL23T8HCLS-00A07'"),
+             ({"storage_scratch_paths": ["/dev/disk/by-path/pci-0000:c1:00.0-nvme-1",
+                                         "/dev/disk/by-path/pci-0000:c2:00.0-nvme-1"]},
+              "/dev/disk/by-path/pci-0000:c1:00.0-nvme-1 is not a disk here")]
+    for named, reason in cases:
+        extra = {"storage_scratch_count": 2, "storage_scratch_model": None,
+                 "storage_scratch_paths": [], **named}
+        run = ansible_playbook(labmod.inventory_path(lab_desc), str(book),
+                               "-e", json.dumps(extra))
+        assert run.rc != 0 and f"scratch devices: {reason}" in run.output, run.output[-3000:]
+        assert run.recap[node]["changed"] == 0
+    assert not hosts[node].file("/dev/md/scratch").exists
 
 
 def test_node_exporter_serves_on_management_address(hosts: dict[str, Any],
