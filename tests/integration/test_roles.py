@@ -135,6 +135,26 @@ def test_sshd_allow_groups_follow_host_roles(hosts: dict[str, Any],
         "the lab has a controller-only host")
 
 
+def test_members_have_a_shell_only_where_they_log_in(hosts: dict[str, Any],
+                                                     lab_desc: Description) -> None:
+    """Every member has an account on every host (the same user id for Slurm everywhere),
+    but a login shell and a home only where sshd lets them in: on the controller-only
+    lab-ctl2 a researcher is an identity, and not even su gives them a shell there."""
+    for name, h in hosts.items():
+        users = {NodeRole.LOGIN, NodeRole.COMPUTE} & set(lab_desc.nodes[name].roles)
+        for t in lab_desc.teams.values():
+            for role, members in t.members.items():
+                logs_in = bool(users) or role.value in ("admin", "oncall")
+                for user in members:
+                    u = h.user(user)
+                    assert u.exists, (name, user)
+                    assert u.shell == ("/bin/bash" if logs_in else "/usr/sbin/nologin"), (
+                        name, user, u.shell)
+                    if not logs_in:
+                        assert not h.file(u.home).exists, (name, user)
+                        assert h.run(f"su -c true {user}").rc != 0, (name, user)
+
+
 def test_users_reach_a_compute_node_only_through_a_job(hosts: dict[str, Any],
                                                       lab_desc: Description) -> None:
     """From the login host, over SSH with a key of their own: a researcher without a job on
