@@ -83,15 +83,18 @@ class NetworkSegments(Component):
         for rule in cloud.firewall_rules(desc):
             kind = (aws.vpc.SecurityGroupIngressRule if rule.direction == "ingress"
                     else aws.vpc.SecurityGroupEgressRule)
-            peer = ({"referenced_security_group_id": groups[rule.peer_segment].id}
-                    if rule.peer_segment else {"prefix_list_id": lists[rule.peer_list].id}
-                    if rule.peer_list else {"cidr_ipv4": rule.peer_cidr})
+            peer: dict[str, pulumi.Input[str] | None]
+            if rule.peer_segment:
+                peer = {"referenced_security_group_id": groups[rule.peer_segment].id}
+            elif rule.peer_list:
+                peer = {"prefix_list_id": lists[rule.peer_list].id}
+            else:
+                peer = {"cidr_ipv4": rule.peer_cidr}
             ports = {} if rule.port is None else {"from_port": rule.port, "to_port": rule.port}
             kind(f"{name}-{rule.key}", security_group_id=groups[rule.segment].id,
                  ip_protocol=rule.protocol, description=cloud.rule_description(desc, rule),
                  tags={**tags, "flow": "kubernetes" if rule.flow is None else str(rule.flow),
-                       "segment": rule.segment,
-                       "peer": rule.peer},
+                       "segment": rule.segment, "peer": rule.peer},
                  **peer, **ports,
                  opts=self.child())
         zones = cloud.region_zones(desc, region)
