@@ -17,7 +17,7 @@ bootstrap:
 lab: bootstrap
 	$(VENV)/gpupool validate --stack $(STACK)
 	$(VENV)/gpupool show --stack $(STACK)
-	mkdir -p .cache && $(VENV)/gpupool inventory --stack $(STACK) -o .cache/inventory-$(STACK).yml
+	mkdir -p .cache && $(VENV)/gpupool inventory --stack $(STACK) -o .cache/inventory-$(STACK).yml --force
 	$(VENV)/gpupool lab up --stack $(STACK)
 	flock -w 1800 /tmp/gpupool-lab.lock env ANSIBLE_CONFIG=ansible.cfg $(VENV)/ansible-playbook \
 	  -i "$$($(VENV)/gpupool lab status --stack $(STACK) --json | $(VENV)/python -c \

@@ -137,6 +137,50 @@ def test_bad_arguments_and_unwritable_outputs(argv: list[str],
     assert rc in (cli.EXIT_INVALID, cli.EXIT_USAGE), (rc, output)
 
 
+@pytest.mark.parametrize("argv", [["inventory", "--stack", "lab", "-o"],
+                                  ["slurm", "render", "--stack", "lab", "--vars"],
+                                  ["inventory", "--stack", "lab", "--json", "-o"]])
+def test_outputs_replace_only_what_gpupool_wrote(argv: list[str], tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Run as root, `-o /etc/passwd` must not replace the system's: an existing file
+    gpupool did not write is left alone without --force, a link or a folder always; a file
+    gpupool wrote is regenerated in place."""
+    foreign = tmp_path / "passwd"
+    foreign.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    (tmp_path / "link").symlink_to(foreign)
+    for path, rule in ((foreign, "output-exists"), (tmp_path / "link", "output-not-a-file"),
+                       (tmp_path, "output-not-a-file")):
+        rc, output = _cli([*argv, str(path)], capsys)
+        assert rc == cli.EXIT_INVALID and f"{path}: [{rule}]" in output, output
+        assert foreign.read_text() == "root:x:0:0:root:/root:/bin/bash\n"
+    for path in (tmp_path / "link", tmp_path):
+        rc, output = _cli([*argv, str(path), "--force"], capsys)
+        assert rc == cli.EXIT_INVALID and "[output-not-a-file]" in output, output
+    ours = tmp_path / "ours.yml"
+    assert _cli([*argv, str(ours)], capsys)[0] == cli.EXIT_OK
+    again = _cli([*argv, str(ours)], capsys)[0]
+    # JSON carries no comment to say who wrote it: its second write needs --force.
+    assert again == (cli.EXIT_INVALID if "--json" in argv else cli.EXIT_OK)
+    assert _cli([*argv, str(foreign), "--force"], capsys)[0] == cli.EXIT_OK
+    assert foreign.read_text() == ours.read_text()
+
+
+def test_slurm_files_are_all_checked_before_any_is_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "slurm"
+    assert _cli(["slurm", "render", "--stack", "lab", "--out", str(out)], capsys)[0] == 0
+    (out / "topology.conf").write_text("# an operator's own\n")
+    before = {p.name: p.read_text() for p in out.iterdir()}
+    (out / "slurm.conf").write_text(before["slurm.conf"] + "# edited\n")
+    rc, output = _cli(["slurm", "render", "--stack", "lab", "--out", str(out)], capsys)
+    assert rc == cli.EXIT_INVALID and "topology.conf: [output-exists]" in output, output
+    assert (out / "slurm.conf").read_text().endswith("# edited\n")  # nothing was written
+    assert _cli(["slurm", "render", "--stack", "lab", "--out", str(out), "--force"],
+                capsys)[0] == 0
+    assert {p.name: p.read_text() for p in out.iterdir()} == {
+        **before, "topology.conf": (out / "topology.conf").read_text()}
+
+
 def test_an_internal_error_is_one_line_unless_debugging(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from gpupool.render import summary  # noqa: PLC0415

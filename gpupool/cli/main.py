@@ -12,6 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from rich.markup import escape
+
 from gpupool.cli import registry
 from gpupool.cli.output import EXIT_INTERNAL, EXIT_INVALID, emit_json, err
 from gpupool.paths import PROJECT_FILE, find_project
@@ -149,9 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except OSError as exc:
         # A file the command reads or writes: name it, as validation names a field.
-        where = exc.filename or "(file)"
+        where = escape(str(exc.filename or "(file)"))
         err.print(f"[bold red]failed[/]: {where}: [yellow]\\[file][/] "
-                  f"{exc.strerror or exc}", highlight=False)
+                  f"{escape(exc.strerror or str(exc))}", highlight=False, soft_wrap=True)
         return EXIT_INVALID
     except UnicodeDecodeError as exc:
         err.print(f"[bold red]failed[/]: [yellow]\\[encoding][/] an input file is not UTF-8 "
@@ -162,9 +164,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         if type(exc).__module__.startswith("gpupool."):
-            # The project's own errors (the lab, Slurm, a trace) carry a message for people.
-            err.print(f"[bold red]failed[/]: {exc}", highlight=False)
+            # The project's own errors (the lab, Slurm, a trace) carry a message for people;
+            # escaped, so a `[rule]` or a path with brackets in it is printed, not markup.
+            err.print(f"[bold red]failed[/]: {escape(str(exc))}", highlight=False,
+                      soft_wrap=True)
             return EXIT_INVALID
-        err.print(f"[bold red]internal error[/]: {type(exc).__name__}: {exc} "
+        err.print(f"[bold red]internal error[/]: {type(exc).__name__}: {escape(str(exc))} "
                   "(run again with --debug for the traceback)", highlight=False)
         return EXIT_INTERNAL

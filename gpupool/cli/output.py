@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -33,6 +34,40 @@ def yaml_text(data: Any) -> str:
     inventory takes a tenth of the time)."""
     dumper = yaml.CSafeDumper if yaml.__with_libyaml__ else yaml.SafeDumper
     return yaml.dump(data, Dumper=dumper, sort_keys=False)
+
+
+# The first line of every text file gpupool writes (slurm.conf's family already opens with
+# "# Rendered by gpupool"). An existing file without it is someone else's: run as root,
+# `gpupool inventory -o /etc/passwd` must not replace the system's.
+HEADER = "# Written by gpupool"
+OURS = (HEADER, "# Rendered by gpupool")
+HEADER_PROBE_BYTES = 256
+
+
+class OutputRefused(Exception):
+    """An output path gpupool will not write; the message names it and the way out."""
+
+
+def write_file(path: Path, text: str, *, force: bool = False) -> None:
+    """Write one output file, refusing (OutputRefused, nothing written) what
+    check_output refuses."""
+    check_output(path, force=force)
+    path.write_text(text)
+
+
+def check_output(path: Path, *, force: bool = False) -> None:
+    """Refuse a link or anything but a regular file, and, without force, an existing file
+    gpupool did not write. Call it for every file of a set before writing any."""
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise OutputRefused(f"{path}: [output-not-a-file] a link or not a regular file; "
+                            "nothing was written")
+    if path.exists() and not force:
+        with path.open("rb") as f:
+            first = f.read(HEADER_PROBE_BYTES).decode("utf-8", "replace")
+        if not first.startswith(OURS):
+            raise OutputRefused(
+                f"{path}: [output-exists] exists and gpupool did not write it (its first line "
+                "is not gpupool's); pass --force to replace it; nothing was written")
 
 
 def cell(value: Any) -> str:

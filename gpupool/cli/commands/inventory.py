@@ -7,14 +7,18 @@ import json
 import sys
 from pathlib import Path
 
-from gpupool.cli.output import EXIT_OK, err
+from gpupool.cli.output import EXIT_OK, HEADER, err, write_file
 from gpupool.cli.registry import command
 from gpupool.render import ansible_yaml, inventory
 from gpupool.spec.model import Description
 
 
 def _setup(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-o", "--output", help="write to this file (.yml) instead of stdout")
+    p.add_argument("-o", "--output", type=Path,
+                   help="write to this file (.yml) instead of stdout; an existing file only "
+                        "when gpupool wrote it (or with --force)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing output file gpupool did not write")
 
 
 @command("inventory", "the Ansible inventory derived from the description", _setup)
@@ -25,7 +29,10 @@ def cmd_inventory(args: argparse.Namespace, desc: Description) -> int:
     text = (json.dumps(inv, indent=2, sort_keys=True) + "\n" if args.json
             else ansible_yaml.dump(inv))
     if args.output:
-        Path(args.output).write_text(text)
+        # JSON has no comments: a JSON file is gpupool's only with --force.
+        head = "" if args.json else (f"{HEADER} inventory from pool {desc.pool.name!r}; "
+                                     "regenerate it, do not edit it.\n")
+        write_file(args.output, head + text, force=args.force)
         err.print(f"wrote {args.output}")
     else:
         sys.stdout.write(text)

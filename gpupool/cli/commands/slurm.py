@@ -6,7 +6,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from gpupool.cli.output import EXIT_INVALID, EXIT_OK, emit_json, err, yaml_text
+from gpupool.cli.output import (
+    EXIT_INVALID,
+    EXIT_OK,
+    HEADER,
+    check_output,
+    emit_json,
+    err,
+    write_file,
+    yaml_text,
+)
 from gpupool.cli.registry import command
 from gpupool.render import ansible_yaml, slurm
 from gpupool.spec.model import Description
@@ -15,8 +24,13 @@ from gpupool.spec.model import Description
 def _setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["render"], help="render the policy")
     p.add_argument("--out", help="write slurm.conf, gres.conf, topology.conf, cgroup.conf "
-                                 "and accounting.json here (default: print slurm.conf)")
-    p.add_argument("--vars", help="write the Ansible variables file (gpupool_slurm) here")
+                                 "and accounting.yaml here (default: print slurm.conf); "
+                                 "existing files only when gpupool wrote them (or with "
+                                 "--force)")
+    p.add_argument("--vars", type=Path,
+                   help="write the Ansible variables file (gpupool_slurm) here")
+    p.add_argument("--force", action="store_true",
+                   help="replace existing output files gpupool did not write")
 
 
 @command("slurm", "the Slurm policy rendered from the description", _setup)
@@ -26,17 +40,22 @@ def cmd_slurm(args: argparse.Namespace, desc: Description) -> int:
     except slurm.SlurmPolicyError as exc:
         err.print(f"[bold red]cannot render Slurm policy[/]: {exc}", highlight=False)
         return EXIT_INVALID
+    head = f"{HEADER} slurm render from pool {desc.pool.name!r}; regenerate it.\n"
     if args.vars:
-        Path(args.vars).write_text(ansible_yaml.dump({"gpupool_slurm": plan}))
+        write_file(args.vars, head + ansible_yaml.dump({"gpupool_slurm": plan}),
+                   force=args.force)
         err.print(f"wrote {args.vars}")
     if args.json:
         emit_json(plan)
     elif args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        for name, text in slurm.render_files(desc).items():
-            (out / name).write_text(text)
-        (out / "accounting.yaml").write_text(yaml_text(plan["accounting"]))
+        files = {**slurm.render_files(desc),
+                 "accounting.yaml": head + yaml_text(plan["accounting"])}
+        for name in files:  # every refusal before any file is written
+            check_output(out / name, force=args.force)
+        for name, text in files.items():
+            write_file(out / name, text, force=args.force)
         err.print(f"wrote {out}/{{slurm,gres,topology,cgroup}}.conf and accounting.yaml")
     elif not args.vars:
         sys.stdout.write(slurm.render_files(desc)["slurm.conf"])
