@@ -54,10 +54,12 @@ def load(args: argparse.Namespace) -> Description:
     """The description; for a stack, its connection settings too (args.connection), checked
     by every verb as the description is."""
     args.connection = None
-    if args.file:
-        return loader.load_file(Path(args.file))
-    args.stack = args.stack or default_stack(args.project_root)
-    desc, args.connection = connection.load(args.stack, args.project_root)
+    # A spinner on stderr, shown only on a terminal: thousands of nodes take seconds.
+    with err.status("reading and validating the description"):
+        if args.file:
+            return loader.load_file(Path(args.file))
+        args.stack = args.stack or default_stack(args.project_root)
+        desc, args.connection = connection.load(args.stack, args.project_root)
     return desc
 
 

@@ -25,9 +25,10 @@ def _setup(p: argparse.ArgumentParser) -> None:
 def cmd_inventory(args: argparse.Namespace, desc: Description) -> int:
     # The stack config's connection settings (none with --file); the inventory plugin
     # (inventory_plugins/gpupool.py) builds the same.
-    inv = inventory.build(desc, connection=args.connection)
-    text = (json.dumps(inv, indent=2, sort_keys=True) + "\n" if args.json
-            else ansible_yaml.dump(inv))
+    with err.status(f"building the inventory of {len(desc.nodes)} nodes"):
+        inv = inventory.build(desc, connection=args.connection)
+        text = (json.dumps(inv, indent=2, sort_keys=True) + "\n" if args.json
+                else ansible_yaml.dump(inv))
     if args.output:
         # JSON has no comments: a JSON file is gpupool's only with --force.
         head = "" if args.json else (f"{HEADER} inventory from pool {desc.pool.name!r}; "

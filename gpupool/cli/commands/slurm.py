@@ -36,7 +36,8 @@ def _setup(p: argparse.ArgumentParser) -> None:
 @command("slurm", "the Slurm policy rendered from the description", _setup)
 def cmd_slurm(args: argparse.Namespace, desc: Description) -> int:
     try:
-        plan = slurm.plan(desc)
+        with err.status(f"rendering the Slurm policy of {len(desc.nodes)} nodes"):
+            plan = slurm.plan(desc)
     except slurm.SlurmPolicyError as exc:
         err.print(f"[bold red]cannot render Slurm policy[/]: {exc}", highlight=False)
         return EXIT_INVALID
