@@ -12,6 +12,7 @@ import pytest
 from bench.cli_startup import VERBS, heavy_modules
 from gpupool import cli
 from gpupool.cli import registry
+from gpupool.paths import DATA
 
 
 @pytest.mark.parametrize("verb", VERBS)
@@ -49,6 +50,11 @@ def test_stacks_resolve_in_the_project_found_from_the_working_folder(
     assert "stacks: dev" in capsys.readouterr().err.replace("\n", "")
     for verb in (["plan"], ["policy"], ["slurm", "render"], ["inventory"]):
         assert cli.main([*verb, "--stack", "dev"]) == cli.EXIT_OK, verb
+    # Reports by default go to the project's .cache, not the working folder's.
+    trace = DATA / "traces" / "alibaba-gpu-2023" / "openb_pod_list_default.csv"
+    assert cli.main(["audit", "--stack", "dev", "--alibaba", str(trace), "--json"]) == 0
+    assert (project / ".cache" / "audit").is_dir()
+    assert not (project / "deep" / "er" / ".cache").exists()
     monkeypatch.chdir(tmp_path)  # no Pulumi.yaml here or above
     assert cli.main(["validate", "--stack", "dev"]) == cli.EXIT_INVALID
     assert cli.main(["validate", "--stack", "dev", "--project", str(project)]) == cli.EXIT_OK
@@ -107,7 +113,9 @@ def test_every_option_is_documented_with_its_default() -> None:
         for action in sub._actions:
             if not action.option_strings or action.help == argparse.SUPPRESS:
                 continue
-            has_default = action.default not in (None, False) and action.nargs != 0
+            # An empty list (a repeatable option given no times) is no default to show.
+            has_default = (action.default not in (None, False) and action.default != []
+                           and action.nargs != 0)
             if (not action.help or action.help.startswith("(default")
                     or (has_default and "default" not in action.help)):
                 undocumented.append(f"{verb} {action.option_strings[0]}")

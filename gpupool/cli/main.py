@@ -84,7 +84,8 @@ def _document_defaults(p: argparse.ArgumentParser) -> None:
     """Every option with a default says it in its help (a verb's own wording wins)."""
     for action in p._actions:  # argparse has no public walk of a parser's options
         if (action.option_strings and action.default not in (None, False, argparse.SUPPRESS)
-                and action.nargs != 0 and "default" not in (action.help or "")):
+                and action.default != [] and action.nargs != 0
+                and "default" not in (action.help or "")):
             shown = (",".join(map(str, action.default)) if isinstance(action.default, list)
                      else str(action.default))
             action.help = f"{action.help or ''} (default: {shown})".lstrip()

@@ -44,6 +44,12 @@ OURS = (HEADER, "# Rendered by gpupool")
 HEADER_PROBE_BYTES = 256
 
 
+def project_cache(args: Any, name: str) -> Path:
+    """A verb's default output under the pool project's .cache (the working folder's with
+    --file and no project), wherever in the project the command runs from."""
+    return (getattr(args, "project_root", None) or Path.cwd()) / ".cache" / name
+
+
 class OutputRefused(Exception):
     """An output path gpupool will not write; the message names it and the way out."""
 

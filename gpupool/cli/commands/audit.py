@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gpupool.cli.output import EXIT_OK, EXIT_USAGE, emit_json, err, out
+from gpupool.cli.output import EXIT_OK, EXIT_USAGE, emit_json, err, out, project_cache
 from gpupool.cli.registry import command
 from gpupool.spec.model import Description
 from gpupool.workload import audit, audit_report
@@ -23,7 +23,8 @@ def _setup(p: argparse.ArgumentParser) -> None:
                    help="with --alibaba: map its QoS classes onto the description's task "
                         "classes (default " + ",".join(
                             f"{k}={v}" for k, v in audit.ALIBABA_CLASS.items()) + ")")
-    p.add_argument("--out", type=Path, default=Path(".cache/audit"), help="report directory")
+    p.add_argument("--out", type=Path,
+                   help="report directory (default: .cache/audit in the project)")
 
 
 def _class_map(text: str, desc: Description) -> dict[str, str]:
@@ -48,6 +49,7 @@ def _against_description(jobs: list[audit.Job], desc: Description) -> dict[str, 
 
 @command("audit", "workload audit from job history: durations, demand, GPUs needed", _setup)
 def cmd_audit(args: argparse.Namespace, desc: Description) -> int:
+    args.out = args.out or project_cache(args, "audit")
     if not (args.sacct or args.alibaba):
         err.print("pass --sacct FILE or --alibaba FILE")
         return EXIT_USAGE

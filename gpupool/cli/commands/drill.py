@@ -9,20 +9,20 @@ from pathlib import Path
 
 from rich.table import Table
 
-from gpupool.cli.output import EXIT_INVALID, EXIT_OK, cell, emit_json, err, out
+from gpupool.cli.output import EXIT_INVALID, EXIT_OK, cell, emit_json, err, out, project_cache
 from gpupool.cli.registry import command
 from gpupool.exercise import drills
 from gpupool.lab import hosts, slurm_cluster
 from gpupool.spec.model import Description
 
-DEFAULT_REPORT = Path(".cache/drills.json")
+REPORT = "drills.json"  # in the project's .cache unless --report says where
 
 
 def _setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("names", nargs="+", choices=[*drills.DRILLS, "all"], metavar="NAME",
                    help=f"drills to run: {', '.join(drills.DRILLS)}, or all")
-    p.add_argument("--report", type=Path, default=DEFAULT_REPORT,
-                   help=f"where the figures go (default {DEFAULT_REPORT})")
+    p.add_argument("--report", type=Path,
+                   help=f"where the figures go (default: .cache/{REPORT} in the project)")
     p.add_argument("--down", action="store_true", help="take the lab down afterwards")
 
 
@@ -46,6 +46,7 @@ def cmd_drill(args: argparse.Namespace, desc: Description) -> int:
         finally:
             if args.down:
                 hosts.down(desc)
+    args.report = args.report or project_cache(args, REPORT)
     previous = json.loads(args.report.read_text()) if args.report.exists() else {}
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text(json.dumps({**previous, **results, "bring_up": bring_up},

@@ -10,14 +10,14 @@ from typing import Any
 from pydantic import ValidationError
 from rich.table import Table
 
-from gpupool.cli.output import EXIT_USAGE, cell, emit_json, err, out
+from gpupool.cli.output import EXIT_USAGE, cell, emit_json, err, out, project_cache
 from gpupool.cli.registry import command
 from gpupool.gate import runner
 from gpupool.gate.expect import node_expect
 from gpupool.gate.plugin import TIERS
 from gpupool.spec.model import Description, Software
 
-DEFAULT_OUT = Path(".cache/gate")
+OUT = "gate"  # in the project's .cache unless --out says where
 VERDICT_STYLE = {"pass": "green", "fail": "red", "could-not-run": "yellow"}
 
 
@@ -29,7 +29,8 @@ def _setup(p: argparse.ArgumentParser) -> None:
                    help="Ansible inventory to reach the nodes (default: the lab's)")
     p.add_argument("--local", action="store_true",
                    help="gate this machine itself as NODE (how GPU hosts run the GPU tier)")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="report directory")
+    p.add_argument("--out", type=Path,
+                   help=f"report directory (default: .cache/{OUT} in the project)")
     p.add_argument("--suite", action="append", default=[], dest="suites",
                    choices=runner.SUITE_NAMES,
                    help="run only this suite (repeatable; a misspelt one is refused, not "
@@ -96,6 +97,7 @@ def _inventory(args: argparse.Namespace, desc: Description) -> Path | None:
 
 @command("gate", "run the acceptance gate on nodes and decide pass / fail", _setup)
 def cmd_gate(args: argparse.Namespace, desc: Description) -> int:
+    args.out = args.out or project_cache(args, OUT)
     nodes = args.nodes or list(desc.nodes)
     unknown = [n for n in nodes if n not in desc.nodes]
     if unknown:

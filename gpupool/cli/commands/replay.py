@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.table import Table
 
 from gpupool.cli.numbers import positive_float, positive_int
-from gpupool.cli.output import EXIT_INVALID, EXIT_OK, cell, emit_json, err, out
+from gpupool.cli.output import EXIT_INVALID, EXIT_OK, cell, emit_json, err, out, project_cache
 from gpupool.cli.registry import command
 from gpupool.exercise import replay_run
 from gpupool.exercise.context import Context
@@ -41,8 +41,9 @@ def _setup(p: argparse.ArgumentParser) -> None:
                         f"{', '.join(replay_run.POLICIES)} (default: both)")
     p.add_argument("--timeout", type=positive_float, default=900.0,
                    help="seconds to wait for each policy's jobs to finish")
-    p.add_argument("--out", type=Path, default=Path(".cache/replay"),
-                   help="the report's folder: replay.md, replay.json and the plots")
+    p.add_argument("--out", type=Path,
+                   help="the report's folder: replay.md, replay.json and the plots "
+                        "(default: .cache/replay in the project)")
 
 
 # Each job is one sbatch on the lab's controller: more than this is not a replay the lab
@@ -94,6 +95,7 @@ def _trace(args: argparse.Namespace, desc: Description) -> tuple[str, list[trace
 @command("replay", "replay a job trace on the lab's Slurm: gpupool policy vs baseline",
          _setup)
 def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
+    args.out = args.out or project_cache(args, "replay")
     name, jobs = _trace(args, desc)
     replay_run.check_trace(desc, jobs)
     capacity, _ = _capacity(desc)
