@@ -50,6 +50,22 @@ def test_odd_history_lines_are_read_as_what_they_are(tmp_path: Path) -> None:
     assert (job.id, job.wait, job.duration) == ("203", 0, 1800)
 
 
+def test_a_qos_class_the_map_does_not_name_is_reported(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "pods.csv"
+    path.write_text(f"{','.join(audit.ALIBABA_COLUMNS)}\n"
+                    "p0,1,1000,LS,0,100,10\n"
+                    "p1,2,0,Spot,0,150,20\n")
+    unmapped: set[str] = set()
+    jobs = audit.read_alibaba(path, trace_end=200, unmapped=unmapped)
+    assert unmapped == {"Spot"}
+    assert {j.id: j.task_class for j in jobs} == {"p0": "interactive", "p1": "training"}
+    assert cli.main(["audit", "--alibaba", str(path), "--out", str(tmp_path / "r"),
+                     "--stack", "lab", "--json"]) == cli.EXIT_OK
+    mapping = json.loads(capsys.readouterr().out)["class_mapping"]
+    assert mapping["Spot"] == {"class": "training", "why": audit.UNMAPPED_WHY}
+
+
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_a_time_that_is_no_number_names_its_line(tmp_path: Path, value: str) -> None:
     path = tmp_path / "pods.csv"

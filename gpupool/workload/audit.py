@@ -128,10 +128,17 @@ def read_sacct(path: Path) -> list[Job]:
     return jobs
 
 
+UNMAPPED_CLASS = "training"  # a QoS class the map does not name
+UNMAPPED_WHY = ("not in the class map: counted as training, steady work "
+                "(--class-map QOS=CLASS to say otherwise)")
+
+
 def read_alibaba(path: Path, trace_end: float | None = None,
-                 classes: dict[str, str] | None = None) -> list[Job]:
+                 classes: dict[str, str] | None = None,
+                 unmapped: set[str] | None = None) -> list[Job]:
     """openb_pod_list_*.csv: GPU pods; those still running end at the trace's end. classes:
-    QoS class -> task class (default ALIBABA_CLASS; unknown QoS classes are training)."""
+    QoS class -> task class (default ALIBABA_CLASS); a QoS class it does not name counts as
+    UNMAPPED_CLASS and is added to `unmapped`, so the report can say so."""
     classes = ALIBABA_CLASS if classes is None else classes
     rows = csv_rows(path, ALIBABA_COLUMNS)
     with at_line(path, 0):
@@ -144,7 +151,9 @@ def read_alibaba(path: Path, trace_end: float | None = None,
             if not r["scheduled_time"]:
                 continue
             end = float(r["deletion_time"]) if r["deletion_time"] else end_of_trace
-            if job := _ran(Job(r["name"], "trace", classes.get(r["qos"], "training"), gpus,
+            if r["qos"] not in classes and unmapped is not None:
+                unmapped.add(r["qos"])
+            if job := _ran(Job(r["name"], "trace", classes.get(r["qos"], UNMAPPED_CLASS), gpus,
                                float(r["creation_time"]), float(r["scheduled_time"]), end)):
                 jobs.append(job)
     return jobs

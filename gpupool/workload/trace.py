@@ -22,7 +22,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpupool.workload.audit import ALIBABA_CLASS, ALIBABA_COLUMNS, TraceError, at_line, csv_rows
+from gpupool.workload.audit import (
+    ALIBABA_CLASS,
+    ALIBABA_COLUMNS,
+    UNMAPPED_CLASS,
+    TraceError,
+    at_line,
+    csv_rows,
+)
 
 MIN_SAMPLED_S = 5.0  # a sampled job runs at least this long (accounting has 1 s resolution)
 
@@ -170,7 +177,7 @@ def sample_alibaba(path: Path, teams: list[str], *, jobs: int, horizon_s: float,
                                lambda s: sum(g * length(d, s) for g, d in zip(gpus, runs,
                                                                               strict=True)))
     return [TraceJob(f"a{i:04d}", teams[i % len(teams)],
-                     ALIBABA_CLASS.get(r["qos"], "training"), g,
+                     ALIBABA_CLASS.get(r["qos"], UNMAPPED_CLASS), g,
                      round((float(r["creation_time"]) - t0) * scale, 3),
                      round(length(d, stretch), 3))
             for i, (r, g, d) in enumerate(zip(window, gpus, runs, strict=True))]

@@ -61,9 +61,10 @@ def cmd_audit(args: argparse.Namespace, desc: Description) -> int:
     except ValueError as exc:
         err.print(f"--class-map: {exc}")
         return EXIT_USAGE
+    unmapped: set[str] = set()
     with out.status("reading job history"):
         jobs = (audit.read_sacct(args.sacct) if args.sacct
-                else audit.read_alibaba(args.alibaba, classes=classes))
+                else audit.read_alibaba(args.alibaba, classes=classes, unmapped=unmapped))
     if not jobs:
         err.print("no GPU jobs in the input")
         return EXIT_USAGE
@@ -74,7 +75,9 @@ def cmd_audit(args: argparse.Namespace, desc: Description) -> int:
         if args.alibaba:
             report["class_mapping"] = {
                 qos: {"class": cls, "why": audit.ALIBABA_CLASS_WHY.get(qos, "given")}
-                for qos, cls in classes.items()}
+                for qos, cls in classes.items()} | {
+                qos: {"class": audit.UNMAPPED_CLASS, "why": audit.UNMAPPED_WHY}
+                for qos in sorted(unmapped)}
         path = audit_report.write(report, jobs, args.out, str(args.sacct or args.alibaba))
     if args.json:
         emit_json(report)
