@@ -1,5 +1,6 @@
-"""Policy replay figures: a saturated synthetic trace and a sample of the Alibaba GPU trace,
-each replayed by `gpupool replay` on the lab's Slurm under gpupool's policy and under the
+"""Policy replay figures: a saturated synthetic trace and a sample of the Alibaba GPU trace
+(at its own pace, and with its deferred pods first so preemption takes GPUs back), each
+replayed by `gpupool replay` on the lab's Slurm under gpupool's policy and under the
 manual-allocation baseline. Each replay's report (Markdown, plots, JSON) stays in
 .cache/replay/<trace>/; the figures of all of them go to bench/results/replay.json.
 
@@ -23,14 +24,25 @@ REPLAYS = {
     # A window of the real trace, its durations stretched to an offered load of 1.6.
     "alibaba": ["--alibaba", str(ALIBABA.relative_to(bench.ROOT)), "--jobs", "60",
                 "--horizon", "150", "--load", "1.6"],
+    # The same window, its deferred pods arriving first: the pool fills with preemptible
+    # work that the interactive and training pods after it take back.
+    "alibaba-preemptible-first": ["--alibaba", str(ALIBABA.relative_to(bench.ROOT)),
+                                  "--jobs", "60", "--horizon", "150", "--load", "1.6",
+                                  "--preemptible-first"],
 }
 _WAIT = {"p50": float, "p95": float, "n": int}
 _POLICY = {"jobs": int, "completed": int, "capacity_gpus": int, "saturated_s": int,
            "gpu_utilization_saturated": (float, None), "wait_s": {str: _WAIT},
-           "makespan_s": (float, None), "first_start_s": (float, None),
-           "preemptions_and_requeues": int, "work_lost_gpu_s": float, "not_runnable": int}
+           "wait_s_by_team": {str: _WAIT}, "wait_trace_s": {str: _WAIT},
+           "makespan_s": (float, None), "makespan_trace_s": (float, None),
+           "first_start_s": (float, None), "preemptions_and_requeues": int,
+           "work_lost_gpu_s": float, "work_lost_share": float,
+           "work_lost_per_preemption_s": (float, None), "failed_share": float,
+           "not_runnable": int}
+_TARGET = {"target": str, "value": (float, None, [(float, None)]), "met": (bool, None),
+           "why": str}
 SHAPE = {str: {"arguments": [str], "trace": str, "jobs": int, "speedup": float,
-               "offered_load": float, "policies": {str: _POLICY}}}
+               "offered_load": float, "policies": {str: _POLICY}, "targets": [_TARGET]}}
 
 
 def main() -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
@@ -13,7 +14,7 @@ import pytest
 from gpupool.exercise import replay_run
 from gpupool.lab.slurm_cluster import SlurmLab, SlurmLabError
 from gpupool.spec import loader
-from gpupool.workload import replay, trace
+from gpupool.workload import replay, replay_report, trace
 from tests.conftest import ROOT
 
 
@@ -43,9 +44,56 @@ def test_metrics_on_a_hand_made_schedule() -> None:
 
 
 def test_redone_work_counts_as_lost() -> None:
-    demands = [replay.Demand("a", "deferred", 2, 0, 10)]
-    runs = [run("a", "deferred", 2, 0, 8, "REQUEUED"), run("a", "deferred", 2, 20, 30)]
-    assert replay.metrics(runs, demands, 4)["work_lost_gpu_s"] == 12.0  # (18-10-2) x 2
+    demands = [replay.Demand("a", "deferred", 2, 0, 10), replay.Demand("b", "training", 2, 0, 10)]
+    runs = [run("a", "deferred", 2, 0, 8, "REQUEUED"), run("a", "deferred", 2, 20, 30),
+            run("b", "training", 2, 0, 3, "FAILED")]
+    m = replay.metrics(runs, demands, 4, speedup=10.0)
+    assert m["work_lost_gpu_s"] == 12.0  # (18-10-2) x 2
+    assert m["work_lost_share"] == 0.3  # of 40 GPU-s offered
+    assert m["work_lost_per_preemption_s"] == 6.0  # one preemption, 6 s of a's time redone
+    assert m["failed_share"] == 0.5
+    assert m["makespan_trace_s"] == 10 * m["makespan_s"]
+    assert m["wait_trace_s"]["deferred"]["p95"] == 10 * m["wait_s"]["deferred"]["p95"]
+    assert m["wait_s_by_team"]["vision"]["n"] == 2
+
+
+def _policy(util: float | None, p95: float, preemptions: int,
+            per: float | None) -> dict[str, object]:
+    return {"gpu_utilization_saturated": util, "capacity_gpus": 12, "saturated_s": 100,
+            "wait_s": {"interactive": {"p50": 1.0, "p95": p95, "n": 5}},
+            "preemptions_and_requeues": preemptions, "work_lost_per_preemption_s": per}
+
+
+def test_targets_say_met_missed_or_no_evidence_and_why() -> None:
+    met = replay.targets({"gpupool": _policy(0.95, 3.0, 2, 0.5),
+                          "baseline": _policy(0.7, 40.0, 0, None)}, "interactive", 2, 0.1)
+    assert [t["met"] for t in met] == [True, True, True, True]
+    assert all(t["why"] == "" for t in met)
+    missed = replay.targets({"gpupool": _policy(0.8, 30.0, 3, 4.0),
+                             "baseline": _policy(0.85, 40.0, 0, None)}, "interactive", 2, 0.1)
+    assert [t["met"] for t in missed] == [False, False, False, False]
+    assert "240.0 GPU-s idle in 100 saturated seconds" in missed[0]["why"]  # 0.2 x 12 x 100
+    assert "GraceTime" in missed[2]["why"] and "4.0 s redone" in missed[3]["why"]
+    none = replay.targets({"gpupool": _policy(None, 3.0, 0, None)}, "interactive", 2, 0.1)
+    assert [t["met"] for t in none] == [None, True, None]
+    assert "never reached" in none[0]["why"] and "no preemption" in none[2]["why"]
+
+
+def test_the_report_has_targets_cdfs_and_trace_time(tmp_path: Path) -> None:
+    demands = [replay.Demand("a", "training", 2, 0, 10), replay.Demand("d", "interactive", 1, 2, 5)]
+    runs = [run("a", "training", 2, 0, 10), run("d", "interactive", 1, 10, 15)]
+    metrics = {p: {**replay.metrics(runs, demands, 4, speedup=2.0), "not_runnable": 0}
+               for p in ("gpupool", "baseline")}
+    result = {"trace": "hand-made", "jobs": 2, "speedup": 2.0, "offered_load": 1.6,
+              "policies": metrics, "targets": replay.targets(metrics, "interactive", 2, 0.1)}
+    waits = {p: {"training": [0.0], "interactive": [8.0]} for p in metrics}
+    md = replay_report.write(tmp_path, result, {p: runs for p in metrics}, waits,
+                             {p: 0.0 for p in metrics}).read_text()
+    assert "## Targets" in md and "| makespan in trace time (s) | 30.0 | 30.0 |" in md
+    assert "| wait p50 / p95 (s), team vision |" in md
+    for png in ("utilization.png", "waits.png"):
+        assert (tmp_path / png).stat().st_size > 0
+    assert json.loads((tmp_path / "replay.json").read_text())["targets"] == result["targets"]
 
 
 def test_baseline_pins_nodes_to_their_owners() -> None:

@@ -84,3 +84,26 @@ def test_the_lab_replay_sample_mixes_the_three_classes() -> None:
                                 load=1.5, capacity_gpus=12)
     assert {j.task_class for j in jobs} == set(desc.task_classes)
     assert trace.offered_load(jobs, 12, 45) == pytest.approx(1.5, rel=1e-3)
+
+
+def test_preemptible_first_fills_the_pool_before_the_rest_arrives() -> None:
+    """The lab replay's sample re-timed (--preemptible-first): the deferred pods arrive in
+    the first quarter of the horizon, enough of them to fill the lab's 12 GPUs, and every
+    other pod after, so interactive and training work finds the pool full of preemptible
+    work. The jobs, and so the offered load, are the same."""
+    desc = lab_description()
+    jobs = trace.sample_alibaba(TRACE, list(desc.teams), jobs=24, horizon_s=45, max_gpus=4,
+                                load=1.5, capacity_gpus=12)
+    preemptible = {n for n, c in desc.task_classes.items() if c.preemptible}
+    timed = trace.preemptible_first(jobs, preemptible, 45)
+    cut = 45 * trace.PREEMPTIBLE_FIRST_SHARE
+    first = [j for j in timed if j.task_class in preemptible]
+    assert all(j.submit_s <= cut for j in first)
+    assert all(j.submit_s >= cut for j in timed if j.task_class not in preemptible)
+    assert sum(j.gpus for j in first) >= 12
+    # Running when the first other job arrives: the pool is full of preemptible work.
+    assert sum(j.gpus for j in first if j.submit_s + j.duration_s > cut) >= 12
+    key = sorted((j.job_id, j.gpus, j.duration_s, j.task_class) for j in jobs)
+    assert sorted((j.job_id, j.gpus, j.duration_s, j.task_class) for j in timed) == key
+    assert trace.preemptible_first(timed, preemptible, 45) == timed
+    assert trace.preemptible_first([], preemptible, 45) == []

@@ -27,6 +27,7 @@ from gpupool.workload.replay import Demand, Run
 from gpupool.workload.trace import TraceJob
 
 POLICIES = ("gpupool", "baseline")
+CHECKPOINT_INTERVAL_S = 0.1  # WORK below saves its progress every step
 MIN_JOB_S = 5.0  # accounting has 1 s resolution
 LEAD_S = 8.0  # submission finishes before the first job is eligible
 CONF = "/etc/slurm/slurm.conf"

@@ -139,6 +139,16 @@ def is_lab(desc: Description) -> bool:
     return desc.pool.environment == "lab"
 
 
+SCHED_INTERVAL_DEFAULT_S = 60  # slurm.conf(5): sched_interval
+
+
+def sched_interval_s(desc: Description) -> int:
+    """Seconds between the main scheduler's full passes in the rendered slurm.conf."""
+    params = TUNING["lab" if is_lab(desc) else "production"]["SchedulerParameters"]
+    given = dict(p.split("=", 1) for p in params.split(",") if "=" in p)
+    return int(given.get("sched_interval", SCHED_INTERVAL_DEFAULT_S))
+
+
 def hostlist(names: Iterable[str]) -> str:
     """Compress names the way Slurm writes them: gpu1,gpu2,gpu3,x -> gpu[1-3],x."""
     runs: dict[str, list[int]] = defaultdict(list)

@@ -69,15 +69,31 @@ def saturated_windows(runs: list[Run], demands: list[Demand], capacity: int,
     return out
 
 
-def metrics(runs: list[Run], demands: list[Demand], capacity: int) -> dict[str, Any]:
+# Accounting's end states of a job that did not finish its work.
+FAILED_STATES = frozenset({"FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "CANCELLED",
+                           "BOOT_FAIL", "DEADLINE"})
+
+
+def _quantiles(values: list[float], scale: float = 1.0) -> dict[str, Any]:
+    return {"p50": round(percentile(values, 50) * scale, 2),
+            "p95": round(percentile(values, 95) * scale, 2), "n": len(values)}
+
+
+def metrics(runs: list[Run], demands: list[Demand], capacity: int,
+            speedup: float = 1.0) -> dict[str, Any]:
+    """The policy's figures from its runs. speedup: how much faster than the trace the
+    replay ran; trace-time figures are the wall-time ones times it."""
     by_job: dict[str, list[Run]] = defaultdict(list)
     for r in runs:
         by_job[r.job].append(r)
     waits: dict[str, list[float]] = defaultdict(list)
+    team_waits: dict[str, list[float]] = defaultdict(list)
     for d in demands:
         started = [r.start for r in by_job.get(d.job, []) if r.start is not None]
         if started:
-            waits[d.task_class].append(max(0.0, min(started) - d.eligible))
+            wait = max(0.0, min(started) - d.eligible)
+            waits[d.task_class].append(wait)
+            team_waits[by_job[d.job][0].team].append(wait)
     sat = saturated_windows(runs, demands, capacity)
     util = (sum(busy_gpus(runs, t) for t in sat) / (capacity * len(sat))) if sat else None
     completed = {r.job for r in runs if r.state == "COMPLETED"}
@@ -88,8 +104,12 @@ def metrics(runs: list[Run], demands: list[Demand], capacity: int) -> dict[str, 
     # A job that ran once redid nothing; accounting's 1 s resolution and each run's start
     # and stop overhead are allowed for (1 s per run).
     gpus = {d.job: d.gpus for d in demands}
-    lost = sum(max(0.0, ran[j] - need[j] - len(by_job[j])) * gpus[j]
-               for j in completed if j in need and len(by_job[j]) > 1)
+    redone = {j: max(0.0, ran[j] - need[j] - len(by_job[j]))
+              for j in completed if j in need and len(by_job[j]) > 1}
+    lost = sum(s * gpus[j] for j, s in redone.items())
+    work = sum(d.duration * d.gpus for d in demands)
+    failed = {j for j, rs in by_job.items() if j not in completed
+              and max(rs, key=lambda r: r.end or 0.0).state in FAILED_STATES}
     starts = [r.start for r in runs if r.start is not None]
     ends = [r.end for r in runs if r.end is not None]
     t0 = min(d.eligible for d in demands) if demands else 0.0
@@ -99,13 +119,76 @@ def metrics(runs: list[Run], demands: list[Demand], capacity: int) -> dict[str, 
         "capacity_gpus": capacity,
         "saturated_s": len(sat),
         "gpu_utilization_saturated": round(util, 4) if util is not None else None,
-        "wait_s": {c: {"p50": round(percentile(w, 50), 2), "p95": round(percentile(w, 95), 2),
-                       "n": len(w)} for c, w in sorted(waits.items())},
+        "wait_s": {c: _quantiles(w) for c, w in sorted(waits.items())},
+        "wait_s_by_team": {t: _quantiles(w) for t, w in sorted(team_waits.items())},
+        "wait_trace_s": {c: _quantiles(w, speedup) for c, w in sorted(waits.items())},
         "makespan_s": round(max(ends) - t0, 1) if ends else None,
+        "makespan_trace_s": round((max(ends) - t0) * speedup, 1) if ends else None,
         "first_start_s": round(min(starts) - t0, 1) if starts else None,
         "preemptions_and_requeues": interruptions,
         "work_lost_gpu_s": round(lost, 1),
+        "work_lost_share": round(lost / work, 4) if work else 0.0,
+        # Job time redone per interruption (wall seconds): what one checkpoint interval bounds.
+        "work_lost_per_preemption_s": (round(sum(redone.values()) / interruptions, 2)
+                                       if interruptions else None),
+        "failed_share": round(len(failed) / len(demands), 4) if demands else 0.0,
     }
+
+
+TARGET_UTILIZATION = 0.9
+SCHED_CYCLES = 2  # interactive p95 wait within this many scheduling cycles
+ACCOUNTING_RESOLUTION_S = 1.0
+
+
+def targets(policies: dict[str, dict[str, Any]], top_class: str, sched_interval_s: float,
+            checkpoint_interval_s: float) -> list[dict[str, Any]]:
+    """The seeds' promise as checks on one run's figures, each with its value, whether it
+    was met (None: the run gives no evidence either way) and, when not, why from the data."""
+    g, base = policies.get("gpupool"), policies.get("baseline")
+    if g is None:
+        return []
+    out = []
+    util = g["gpu_utilization_saturated"]
+    idle = (round((1 - util) * g["capacity_gpus"] * g["saturated_s"], 1)
+            if util is not None else None)
+    out.append({"target": f"GPU utilization while saturated at least {TARGET_UTILIZATION:.0%}",
+                "value": util, "met": None if util is None else util >= TARGET_UTILIZATION,
+                "why": ("demand never reached the pool's capacity: no saturated second"
+                        if util is None else
+                        f"{idle} GPU-s idle in {g['saturated_s']} saturated seconds: waiting "
+                        "work did not fit the free GPUs (whole-node jobs, quotas) or waited "
+                        "for a scheduling cycle or a preempted job's grace time")})
+    if base is not None:
+        b = base["gpu_utilization_saturated"]
+        out.append({"target": "utilization while saturated ahead of manual allocation",
+                    "value": [util, b],
+                    "met": None if util is None or b is None else util > b,
+                    "why": ("the baseline never saturated" if b is None else
+                            f"baseline {b} against {util}: its teams' own nodes were busy "
+                            "as well")})
+    p95 = g["wait_s"].get(top_class, {}).get("p95")
+    bound = SCHED_CYCLES * sched_interval_s
+    out.append({"target": f"{top_class} p95 wait within {SCHED_CYCLES} scheduling cycles "
+                          f"({bound:g} s)",
+                "value": p95, "met": None if p95 is None else p95 <= bound,
+                "why": (f"no {top_class} job in the trace" if p95 is None else
+                        f"p95 {p95} s: a job that must preempt waits for the victim's "
+                        "checkpoint (up to its class's GraceTime)"
+                        if g["preemptions_and_requeues"] else
+                        f"p95 {p95} s: no GPUs free and nothing preemptible under it")})
+    per = g["work_lost_per_preemption_s"]
+    allowed = checkpoint_interval_s + ACCOUNTING_RESOLUTION_S
+    out.append({"target": f"work lost per preemption at most one checkpoint interval "
+                          f"({checkpoint_interval_s:g} s, +{ACCOUNTING_RESOLUTION_S:g} s "
+                          "accounting resolution)",
+                "value": per, "met": None if per is None else per <= allowed,
+                "why": ("no preemption in this run" if per is None else
+                        f"{per} s redone per preemption: the job lost more than its last "
+                        "checkpoint (it was killed before it could save)")})
+    for t in out:
+        if t["met"]:
+            t["why"] = ""
+    return out
 
 
 def utilization_series(runs: list[Run], capacity: int, t0: float, t1: float,

@@ -19,7 +19,7 @@ import math
 import random
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gpupool.workload.audit import (
@@ -131,6 +131,30 @@ def synthetic(k: Knobs) -> list[TraceJob]:
     arrivals = sorted(rng.uniform(0, k.horizon_s) for _ in drafts)
     return [TraceJob(f"s{i:04d}", team, cls, gpus, round(t, 3), round(d * scale, 3))
             for i, ((team, cls, gpus, d), t) in enumerate(zip(drafts, arrivals, strict=True))]
+
+
+PREEMPTIBLE_FIRST_SHARE = 0.25  # of the horizon, in which the preemptible jobs arrive
+
+
+def preemptible_first(jobs: list[TraceJob], preemptible: set[str], horizon_s: float,
+                      share: float = PREEMPTIBLE_FIRST_SHARE) -> list[TraceJob]:
+    """The same jobs (same sizes and durations, so the same offered load), re-timed so that
+    those of the preemptible classes arrive in the first `share` of the horizon and the
+    others after, each group keeping its own order and relative spacing: idle GPUs fill
+    with work that later work has to take back, the case preemption is for."""
+    cut = horizon_s * share
+
+    def spread(group: list[TraceJob], a: float, b: float) -> list[TraceJob]:
+        if not group:
+            return []
+        s0, s1 = min(j.submit_s for j in group), max(j.submit_s for j in group)
+        span = s1 - s0
+        return [replace(j, submit_s=round(a + ((j.submit_s - s0) / span if span else 0.0)
+                                          * (b - a), 3)) for j in group]
+
+    first = spread([j for j in jobs if j.task_class in preemptible], 0.0, cut)
+    rest = spread([j for j in jobs if j.task_class not in preemptible], cut, horizon_s)
+    return sorted(first + rest, key=lambda j: (j.submit_s, j.job_id))
 
 
 def offered_load(jobs: list[TraceJob], capacity_gpus: int, horizon_s: float) -> float:

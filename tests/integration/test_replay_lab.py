@@ -1,11 +1,13 @@
 """`gpupool replay` on the lab's real Slurm: a sample of the Alibaba GPU trace, dense
 enough to saturate the lab (offered load 1.5 while it arrives) and mixing the three task
-classes, under gpupool's policy and the manual-allocation baseline in one run.
+classes, under gpupool's policy and the manual-allocation baseline in one run. The sample's
+deferred pods arrive first (--preemptible-first) and fill the pool, so the interactive and
+training pods after them must take GPUs back.
 
 One replay keeps CI short (each policy switch restarts the scheduler); `make bench`
-replays bigger ones. Figures go to the report; what is asserted is that every job of both
-policies completed, that preemption took place only under gpupool's policy, and that the
-report was written.
+replays bigger ones. Figures go to the report (targets included); what is asserted is that
+every job of both policies completed, that preemption took place under gpupool's policy
+and only there, and that the report was written.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from tests.test_audit import TRACE
 
 pytestmark = pytest.mark.integration
 # The sample tests/test_trace.py shows holds all three task classes (seed 1).
-SAMPLE = ("--alibaba", str(TRACE), "--jobs", "24", "--horizon", "45", "--load", "1.5")
+SAMPLE = ("--alibaba", str(TRACE), "--jobs", "24", "--horizon", "45", "--load", "1.5",
+          "--preemptible-first")
 
 
 @pytest.fixture(autouse=True)
@@ -40,6 +43,8 @@ def test_saturated_alibaba_sample_under_both_policies(tmp_path: Path) -> None:
     for policy, m in run["policies"].items():
         assert m["completed"] == m["jobs"] == run["jobs"], policy
     # Preemptible work was preempted and requeued under gpupool's policy only.
+    assert run["policies"]["gpupool"]["preemptions_and_requeues"] > 0, run
     assert run["policies"]["baseline"]["preemptions_and_requeues"] == 0
+    assert [t["target"] for t in run["targets"]], run
     for name in ("replay.md", "utilization.png", "waits.png", "replay.json"):
         assert (tmp_path / "report" / name).stat().st_size > 0

@@ -16,6 +16,8 @@ from gpupool.cli.registry import command
 from gpupool.exercise import replay_run
 from gpupool.exercise.context import Context
 from gpupool.lab import hosts, slurm_cluster
+from gpupool.render import slurm
+from gpupool.render.scheduling import class_policies
 from gpupool.spec.model import Description
 from gpupool.workload import replay, replay_report, trace
 
@@ -32,6 +34,11 @@ def _setup(p: argparse.ArgumentParser) -> None:
                    help="offered load while the jobs arrive; above 1 saturates the pool "
                         "(synthetic default 1.6; a trace sample keeps its own pace unless "
                         "given)")
+    p.add_argument("--preemptible-first", action="store_true",
+                   help="re-time the jobs so the preemptible classes' arrive in the first "
+                        f"{trace.PREEMPTIBLE_FIRST_SHARE:.0%} of the horizon and the others "
+                        "after (same jobs, same load): the pool fills with work that later "
+                        "work must take back")
     p.add_argument("--seed", type=int, default=1,
                    help="random seed of the synthetic trace or the trace sample")
     p.add_argument("--speedup", type=positive_float, default=1.0,
@@ -77,6 +84,15 @@ def _capacity(desc: Description) -> tuple[int, int]:
 
 
 def _trace(args: argparse.Namespace, desc: Description) -> tuple[str, list[trace.TraceJob]]:
+    name, jobs = _jobs_of(args, desc)
+    if not args.preemptible_first:
+        return name, jobs
+    preemptible = {n for n, c in desc.task_classes.items() if c.preemptible}
+    return (f"{name}, preemptible first",
+            trace.preemptible_first(jobs, preemptible, args.horizon))
+
+
+def _jobs_of(args: argparse.Namespace, desc: Description) -> tuple[str, list[trace.TraceJob]]:
     capacity, per_node = _capacity(desc)
     if args.trace:
         return str(args.trace), trace.read(args.trace)
@@ -119,7 +135,8 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
             rs, demands = replay_run.replay_once(ctx, policy, can, speedup=args.speedup,
                                                  timeout_s=args.timeout, report=report,
                                                  run=run, saved=saved)
-            runs[policy], metrics[policy] = rs, replay.metrics(rs, demands, capacity)
+            runs[policy], metrics[policy] = rs, replay.metrics(rs, demands, capacity,
+                                                               speedup=args.speedup)
             metrics[policy]["not_runnable"] = len(cannot)
             t0[policy] = min((d.eligible for d in demands), default=0.0)
             per_class: dict[str, list[float]] = defaultdict(list)
@@ -130,9 +147,12 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
             waits[policy] = dict(per_class)
         if "baseline" in policies:
             replay_run.use_policy(s, "gpupool", saved)  # leave the lab on gpupool's policy
+    top = class_policies(desc)[0].name  # the highest priority tier
     result = {"trace": name, "jobs": len(jobs), "speedup": args.speedup,
               "offered_load": round(trace.offered_load(jobs, capacity, args.horizon), 3),
-              "policies": metrics}
+              "policies": metrics,
+              "targets": replay.targets(metrics, top, slurm.sched_interval_s(desc),
+                                        replay_run.CHECKPOINT_INTERVAL_S)}
     path = replay_report.write(args.out, result, runs, waits, t0)
     if args.json:
         emit_json(result)
@@ -141,10 +161,15 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
         table.add_column("metric")
         for p in metrics:
             table.add_column(p, justify="right")
-        for key in ("gpu_utilization_saturated", "makespan_s", "completed", "not_runnable",
-                    "preemptions_and_requeues", "work_lost_gpu_s"):
+        for key in ("gpu_utilization_saturated", "makespan_s", "makespan_trace_s",
+                    "completed", "failed_share", "not_runnable", "preemptions_and_requeues",
+                    "work_lost_gpu_s", "work_lost_share", "work_lost_per_preemption_s"):
             table.add_row(key, *(cell(m[key]) for m in metrics.values()))
         out.print(table)
+        for t in result["targets"]:
+            verdict = {True: "met", False: "missed", None: "no evidence"}[t["met"]]
+            out.print(f"target: {t['target']}: {verdict} ({t['value']})"
+                      + (f"; {t['why']}" if t["why"] else ""), highlight=False)
         out.print(f"report: {path}")
     done = all(m["completed"] == m["jobs"] for m in metrics.values())
     return EXIT_OK if done else EXIT_INVALID
