@@ -9,7 +9,7 @@ from gpupool.render.scheduling import class_policies, preemption_pairs, team_quo
 from gpupool.spec import loader
 from gpupool.spec.facts import gpu_nodes, rack_places
 from gpupool.spec.model import duration_seconds
-from tests.conftest import mutate, raw_stack
+from tests.conftest import ROOT, mutate, raw_stack
 
 STACKS = ["lab", "example"]
 
@@ -226,3 +226,10 @@ def test_cli_refuses_inexpressible_policy(tmp_path):
     path.write_text(yaml.safe_dump(mutate(raw_stack("lab"), [
         {"set": "task_classes.training.preempts", "value": []}])))
     assert cli.main(["slurm", "render", "--file", str(path)]) == 1
+
+
+def test_sched_interval_is_read_from_the_rendered_tuning() -> None:
+    """The replay's top-class target is two scheduling cycles of what slurm.conf says."""
+    assert slurm.sched_interval_s(loader.load_stack("lab", ROOT)) == 2
+    assert slurm.sched_interval_s(loader.load_stack("example", ROOT)) == \
+        slurm.SCHED_INTERVAL_DEFAULT_S
