@@ -31,5 +31,5 @@ fi
 log "syncing .venv from uv.lock"
 # Bytecode is compiled here, not on first import: some environments set
 # PYTHONDONTWRITEBYTECODE, and every `gpupool` command would then recompile its libraries.
-uv sync --frozen --quiet --python "$PYTHON" --compile-bytecode
+uv sync --frozen --quiet --python "$PYTHON" --compile-bytecode --all-extras
 .venv/bin/python -m compileall -q gpupool infra policies bench >/dev/null

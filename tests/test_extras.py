@@ -1,5 +1,6 @@
-"""The `gate` extra is all a GPU node needs: the gate's on-node path (and `validate`) import
-nothing of Pulumi, Ansible, matplotlib, jsonschema or kubernetes_validate.
+"""`gpupool[gate]` (the base dependencies and the gate extra) is all a GPU node needs: the
+gate's on-node path (and `validate`) import nothing of Pulumi, Ansible, matplotlib,
+jsonschema or kubernetes_validate, and the base dependencies bring none of them.
 
 Two checks, cheapest first: in this venv, those modules stay out of sys.modules; and in an
 interpreter that sees only the extra's packages (and what they require), taken from this
@@ -17,14 +18,16 @@ import tomllib
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 
 from tests.conftest import ROOT
 
 HEAVY = ("pulumi", "pulumi_aws", "pulumi_kubernetes", "pulumi_policy", "ansible",
          "matplotlib", "jsonschema", "kubernetes_validate", "boto3")
-GATE_EXTRA = tomllib.loads((ROOT / "pyproject.toml").read_text())[
-    "project"]["optional-dependencies"]["gate"]
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+# What `pip install gpupool[gate]` brings: the base dependencies and the extra's.
+GATE_EXTRA = [*PROJECT["dependencies"], *PROJECT["optional-dependencies"]["gate"]]
 
 # What a node runs: the `gate` verb (its module, the runner, the pytest plugin), the
 # suites pytest loads, and the description's loader; then `validate` on the lab stack.
@@ -94,3 +97,28 @@ def test_the_gate_extra_is_enough(tmp_path: Path) -> None:
     # -S: no site-packages; only the extra's packages and the checkout are importable.
     assert _probe([sys.executable, "-S"], _clean_env(), (site, ROOT)) == []
 
+
+
+def test_the_base_install_is_light_and_all_is_everything() -> None:
+    """The base dependencies validate a description and nothing heavy comes with them;
+    `gpupool[all]` names every other extra."""
+    base = {re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower()
+            for d in _closure(PROJECT["dependencies"])}
+    assert not base & {"pulumi", "pulumi-aws", "ansible", "ansible-core", "matplotlib",
+                       "jsonschema", "kubernetes-validate", "pytest"}, base
+    extras = PROJECT["optional-dependencies"]
+    assert extras["all"] == [f"gpupool[{','.join(e for e in extras if e != 'all')}]"]
+
+
+def test_a_verb_without_its_extra_says_which_to_install(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpupool import cli  # noqa: PLC0415
+    from gpupool.preview import plan  # noqa: PLC0415
+
+    def missing(*_a: object, **_k: object) -> object:
+        raise ModuleNotFoundError("No module named 'pulumi'", name="pulumi")
+
+    monkeypatch.setattr(plan, "declare", missing)
+    assert cli.main(["plan", "--stack", "lab"]) == cli.EXIT_INVALID
+    err = capsys.readouterr().err
+    assert "pip install 'gpupool[cloud]'" in err and "Traceback" not in err

@@ -118,6 +118,13 @@ def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+# The extra (pyproject.toml) that brings each optional top-level module.
+EXTRAS = {"pulumi": "cloud", "pulumi_aws": "cloud", "pulumi_kubernetes": "cloud",
+          "pulumi_policy": "cloud", "jsonschema": "cloud", "kubernetes_validate": "cloud",
+          "ansible": "lab", "ansible_collections": "lab", "matplotlib": "report",
+          "pytest": "gate", "testinfra": "gate"}
+
+
 def report_invalid(exc: DescriptionError, as_json: bool) -> int:
     if as_json:
         emit_json({"valid": False, "source": exc.source,
@@ -152,26 +159,36 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
-    except OSError as exc:
-        # A file the command reads or writes: name it, as validation names a field.
-        where = escape(str(exc.filename or "(file)"))
-        err.print(f"[bold red]failed[/]: {where}: [yellow]\\[file][/] "
-                  f"{escape(exc.strerror or str(exc))}", highlight=False, soft_wrap=True)
-        return EXIT_INVALID
-    except UnicodeDecodeError as exc:
-        err.print(f"[bold red]failed[/]: [yellow]\\[encoding][/] an input file is not UTF-8 "
-                  f"text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})",
-                  highlight=False)
-        return EXIT_INVALID
     except Exception as exc:
         if args.debug:
             raise
-        if type(exc).__module__.startswith("gpupool."):
-            # The project's own errors (the lab, Slurm, a trace) carry a message for people;
-            # escaped, so a `[rule]` or a path with brackets in it is printed, not markup.
-            err.print(f"[bold red]failed[/]: {escape(str(exc))}", highlight=False,
-                      soft_wrap=True)
-            return EXIT_INVALID
-        err.print(f"[bold red]internal error[/]: {type(exc).__name__}: {escape(str(exc))} "
-                  "(run again with --debug for the traceback)", highlight=False)
-        return EXIT_INTERNAL
+        message, code = failure(exc, args.command)
+        err.print(message, highlight=False, soft_wrap=True)
+        return code
+
+
+def failure(exc: Exception, command: str) -> tuple[str, int]:
+    """One line for people, and the exit code, for what stopped a verb: a file, a missing
+    extra, an encoding, the project's own errors (all EXIT_INVALID), or a bug."""
+    if isinstance(exc, OSError):
+        # A file the command reads or writes: name it, as validation names a field.
+        where = escape(str(exc.filename or "(file)"))
+        return (f"[bold red]failed[/]: {where}: [yellow]\\[file][/] "
+                f"{escape(exc.strerror or str(exc))}", EXIT_INVALID)
+    extra = (EXTRAS.get((exc.name or "").split(".")[0])
+             if isinstance(exc, ModuleNotFoundError) else None)
+    if extra is not None:
+        return (f"[bold red]failed[/]: [yellow]\\[extra][/] `gpupool {command}` needs the "
+                f"{extra} extra (no module {exc.name}): "
+                f"pip install '{escape(f'gpupool[{extra}]')}'",
+                EXIT_INVALID)
+    if isinstance(exc, UnicodeDecodeError):
+        return (f"[bold red]failed[/]: [yellow]\\[encoding][/] an input file is not UTF-8 "
+                f"text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})",
+                EXIT_INVALID)
+    if type(exc).__module__.startswith("gpupool."):
+        # The project's own errors (the lab, Slurm, a trace) carry a message for people;
+        # escaped, so a `[rule]` or a path with brackets in it is printed, not markup.
+        return f"[bold red]failed[/]: {escape(str(exc))}", EXIT_INVALID
+    return (f"[bold red]internal error[/]: {type(exc).__name__}: {escape(str(exc))} "
+            "(run again with --debug for the traceback)", EXIT_INTERNAL)
