@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from gpupool.cli import registry
-from gpupool.cli.output import EXIT_INTERNAL, EXIT_INVALID, emit_json, err
+from gpupool.cli.output import EXIT_INTERNAL, EXIT_INVALID, busy, emit_json, err
 from gpupool.paths import PROJECT_FILE, find_project
 from gpupool.spec import connection, loader
 from gpupool.spec.errors import DescriptionError, Problem
@@ -55,7 +55,7 @@ def load(args: argparse.Namespace) -> Description:
     by every verb as the description is."""
     args.connection = None
     # A spinner on stderr, shown only on a terminal: thousands of nodes take seconds.
-    with err.status("reading and validating the description"):
+    with busy("reading and validating the description"):
         if args.file:
             return loader.load_file(Path(args.file))
         args.stack = args.stack or default_stack(args.project_root)

@@ -6,6 +6,7 @@ without importing the parser that imports it (no cycle).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -23,6 +24,12 @@ EXIT_INTERNAL = 70
 
 out = Console()
 err = Console(stderr=True)
+
+
+def busy(message: str) -> contextlib.AbstractContextManager[Any]:
+    """A spinner on stderr while something takes seconds; off a terminal nothing, not even
+    rich's live display (the light verbs' start-up stays short)."""
+    return err.status(message) if err.is_terminal else contextlib.nullcontext()
 
 
 def emit_json(data: Any) -> None:

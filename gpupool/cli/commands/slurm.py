@@ -10,6 +10,7 @@ from gpupool.cli.output import (
     EXIT_INVALID,
     EXIT_OK,
     HEADER,
+    busy,
     check_output,
     emit_json,
     err,
@@ -36,7 +37,7 @@ def _setup(p: argparse.ArgumentParser) -> None:
 @command("slurm", "the Slurm policy rendered from the description", _setup)
 def cmd_slurm(args: argparse.Namespace, desc: Description) -> int:
     try:
-        with err.status(f"rendering the Slurm policy of {len(desc.nodes)} nodes"):
+        with busy(f"rendering the Slurm policy of {len(desc.nodes)} nodes"):
             plan = slurm.plan(desc)
     except slurm.SlurmPolicyError as exc:
         err.print(f"[bold red]cannot render Slurm policy[/]: {exc}", highlight=False)
