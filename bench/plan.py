@@ -80,8 +80,11 @@ def synthetic_raw(nodes: int) -> dict[str, Any]:
                                         "borrowing_limit": {},
                                         "members": {"researcher": [f"user{t:03d}"]}}
                      for t in range(teams)}
+    # Fixed ids grow with the teams, as a directory's would.
+    data["ids"] = {"users": {f"user{t:03d}": 20000 + t for t in range(teams)},
+                   "teams": {f"team-{t:03d}": 40000 + t for t in range(teams)}}
     # Capacity first, then quotas that fit it: every team gets an equal on-prem share.
-    cap = gpu_capacity(loader.parse({**data, "teams": {"probe": {
+    cap = gpu_capacity(loader.parse({**data, "ids": {}, "teams": {"probe": {
         "cost_centre": "cc-0", "quota": {m: 0 for m in _models(data)}}}}))
     for team in data["teams"].values():
         for model, c in cap.items():

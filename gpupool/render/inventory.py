@@ -50,6 +50,7 @@ def pool_vars(desc: Description) -> dict[str, Any]:
         "gpupool_flows": [f.model_dump(mode="json", by_alias=True) for f in desc.network.flows],
         "gpupool_admin_cidrs": list(desc.network.admin_cidrs),
         "gpupool_teams": {n: t.model_dump(mode="json") for n, t in desc.teams.items()},
+        "gpupool_ids": desc.ids.model_dump(mode="json"),
         "gpupool_task_classes": {
             n: c.model_dump(mode="json") for n, c in desc.task_classes.items()},
         "gpupool_storage_tiers": {
@@ -174,6 +175,7 @@ def burst_image_vars(desc: Description, region: str) -> dict[str, Any]:
         "gpupool_pool": desc.pool.model_dump(mode="json"),
         "gpupool_software": desc.software.model_dump(mode="json"),
         "gpupool_teams": {n: t.model_dump(mode="json") for n, t in desc.teams.items()},
+        "gpupool_ids": desc.ids.model_dump(mode="json"),
         "gpupool_node": {
             "name": f"burst-image-{region}",
             "roles": ["compute"],

@@ -231,6 +231,20 @@ class Team(Strict):
     members: dict[Role, list[User]] = {}
 
 
+# A Unix id the description fixes, the same on every host: a job runs under its
+# submitter's uid on every node and NFS compares numbers, so they must agree everywhere.
+# Debian's range for people (login.defs UID_MIN..UID_MAX).
+UnixId = Annotated[Int, Field(ge=1000, le=59999)]
+
+
+class Ids(Strict):
+    """Fixed ids: a member's uid (their own group takes it as its gid) and a team group's
+    gid. Without them each host numbers accounts in the order it creates them."""
+
+    users: dict[User, UnixId] = {}
+    teams: dict[Name, UnixId] = {}
+
+
 class ReclaimAction(StrEnum):
     CANCEL = "cancel"
     REQUEUE = "requeue"
@@ -479,6 +493,7 @@ class Description(Strict):
     health: Health = Health()
     backup: Backup | None = None
     failover: Failover | None = None
+    ids: Ids = Ids()
     # Where the description was read from (set by the loader), for tools run later that
     # must read the same file (the gate run by the admission role).
     _source: Path | None = PrivateAttr(default=None)

@@ -607,6 +607,46 @@ def software(desc: Description) -> Iterator[Problem]:
                           locked[component])
 
 
+def _reserved_user(user: str) -> bool:
+    return user in RESERVED_USERS or user.startswith(("systemd-", "_"))
+
+
+def _reserved_team(team: str) -> bool:
+    return team in RESERVED_NAMESPACES or team in RESERVED_SLURM_NAMES
+
+
+@rule("teams", "ids")
+def fixed_ids(desc: Description) -> Iterator[Problem]:
+    """Ids name members and teams, all of them once any is fixed (an id a host picks for
+    an unnamed member may be one fixed for someone else), and no id twice: a member's own
+    group takes their uid as its gid, so users and teams share one space."""
+    ids = desc.ids
+    members = {u for t in desc.teams.values() for us in t.members.values() for u in us}
+    for user in ids.users:
+        if user not in members:
+            yield Problem(f"ids.users.{user}", "ids-member", "not a member of any team", user)
+    for team in ids.teams:
+        if team not in desc.teams:
+            yield Problem(f"ids.teams.{team}", "ids-team", "no such team", team)
+    if ids.users or ids.teams:
+        # Names refused as reserved (rule `names`) are no accounts to number.
+        people = {u for u in members if not _reserved_user(u)}
+        teams = {t for t in desc.teams if not _reserved_team(t)}
+        for kind, missing in (("users", sorted(people - ids.users.keys())),
+                              ("teams", sorted(teams - ids.teams.keys()))):
+            if missing:
+                yield Problem(f"ids.{kind}", "ids-complete",
+                              f"once ids are fixed every {kind[:-1]} needs one", missing)
+    seen: dict[int, str] = {}
+    for kind, table in (("users", ids.users), ("teams", ids.teams)):
+        for name, number in table.items():
+            if number in seen:
+                yield Problem(f"ids.{kind}.{name}", "ids-unique",
+                              f"already {seen[number]}'s (a member's own group takes their "
+                              "uid as its gid)", number)
+            seen.setdefault(number, f"{kind[:-1]} {name}")
+
+
 @rule("teams", "task_classes", "nodes", "burst_groups", "sites")
 def names(desc: Description) -> Iterator[Problem]:
     """Names that something else already owns, or that gpupool generates itself."""
@@ -615,12 +655,13 @@ def names(desc: Description) -> Iterator[Problem]:
             (RESERVED_NAMESPACES, "a Kubernetes system or operator namespace (a team's "
                                   "namespace is named as the team)"),
             (RESERVED_SLURM_NAMES, "Slurm's own (a team is a Slurm account)")) if team in names]
+        # (_reserved_team says the same for the ids rule.)
         if owners:
             yield Problem(f"teams.{team}", "team-name-reserved",
                           "the name is " + " and ".join(owners), team)
         for role, users in t.members.items():
             for i, user in enumerate(users):
-                if user in RESERVED_USERS or user.startswith(("systemd-", "_")):
+                if _reserved_user(user):
                     yield Problem(f"teams.{team}.members.{role.value}[{i}]", "user-reserved",
                                   "a system or service account of the nodes, not a person",
                                   user)

@@ -135,6 +135,20 @@ def test_sshd_allow_groups_follow_host_roles(hosts: dict[str, Any],
         "the lab has a controller-only host")
 
 
+def test_members_and_teams_have_their_fixed_ids_on_every_host(hosts: dict[str, Any],
+                                                              lab_desc: Description) -> None:
+    """The description's ids: a member's uid, and their own group's gid, and a team
+    group's gid are the same on every host (a job runs under one uid everywhere, and NFS
+    compares numbers)."""
+    assert lab_desc.ids.users and lab_desc.ids.teams
+    for name, h in hosts.items():
+        for user, uid in lab_desc.ids.users.items():
+            u = h.user(user)
+            assert (u.uid, u.gid, u.group) == (uid, uid, user), (name, user)
+        for team, gid in lab_desc.ids.teams.items():
+            assert h.group(f"team-{team}").gid == gid, (name, team)
+
+
 def test_members_have_a_shell_only_where_they_log_in(hosts: dict[str, Any],
                                                      lab_desc: Description) -> None:
     """Every member has an account on every host (the same user id for Slurm everywhere),

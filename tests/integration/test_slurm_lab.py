@@ -567,6 +567,9 @@ def test_burst_instance_boots_into_the_pool_runs_the_job_and_is_terminated(clust
     assert on_host(node, "sha256sum < /etc/munge/munge.key").strip() == cluster.sh(
         "sha256sum < /etc/munge/munge.key").strip()
     assert on_host(node, "ls /etc/slurm/slurm.conf 2>/dev/null || echo none").strip() == "none"
+    # A job's user has the uid the description fixes here too (the image's accounts).
+    user, uid = next(iter(DESC.ids.users.items()))
+    assert on_host(node, f"id -u {user}").strip() == str(uid)
     assert "slurm.conf" in on_host(node, "ls /var/lib/slurm/slurmd/conf-cache")
     # The gate's quick tier passed on the host before slurmd started (gpupool/gate/boot.py).
     report = json.loads(on_host(node, f"cat {cloud.GATE_REPORTS}/{node}.json"))
