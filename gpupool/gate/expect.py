@@ -66,6 +66,8 @@ class NodeExpect:
     mounts: tuple[MountExpect, ...]
     teams: tuple[str, ...]
     probes: tuple[Probe, ...] = field(default=())
+    # The description's fixed ids: {"users": member -> uid, "teams": team -> gid}.
+    ids: dict[str, dict[str, int]] = field(default_factory=dict)
     # False on a burst node: its inbound is the security groups the program declares from
     # the flows (infra/network.py), not a host firewall.
     host_firewall: bool = True
@@ -129,6 +131,7 @@ def node_expect(desc: Description, node: str) -> NodeExpect:
         mounts=mounts,
         teams=tuple(desc.teams),
         probes=probes,
+        ids=desc.ids.model_dump(mode="json"),
     )
 
 
@@ -157,10 +160,17 @@ def burst_expect(facts: Mapping[str, Any], node: str) -> NodeExpect:
     teams = _fact(facts, "teams", list)
     if not all(isinstance(v, str) for v in [*software.values(), *teams]):
         raise FactsError("burst facts: software versions and teams must be strings")
+    ids = facts.get("ids", {})
+    if not (isinstance(ids, dict) and set(ids) <= {"users", "teams"} and all(
+            isinstance(table, dict) and all(isinstance(k, str) and type(v) is int
+                                            for k, v in table.items())
+            for table in ids.values())):
+        raise FactsError("burst facts: ids must map users and teams to whole numbers")
     return NodeExpect(
         node=node, environment=_fact(facts, "environment", str),
         node_class=_fact(facts, "burst_group", str), roles=(NodeRole.COMPUTE.value,),
         leaf="", addresses={}, mtu={},
         gpu=GpuExpect(t.gpu_model, model.product, t.gpus, t.gpu_memory_gib, False,
                       model.min_bf16_tflops, model.min_mem_bw_gbps),
-        software=dict(software), mounts=(), teams=tuple(teams), host_firewall=False)
+        software=dict(software), mounts=(), teams=tuple(teams), ids=ids,
+        host_firewall=False)

@@ -753,7 +753,7 @@ def burst_facts(desc: Description, name: str, group: BurstGroup) -> dict[str, An
             "domain": desc.pool.domain, "environment": desc.pool.environment,
             "instance_type": itype.name, "gpus": itype.gpus, "gpu_model": itype.gpu_model,
             "software": desc.software.model_dump(mode="json", exclude={"blocklist"}),
-            "teams": sorted(desc.teams)}
+            "teams": sorted(desc.teams), "ids": desc.ids.model_dump(mode="json")}
 
 
 def user_data(desc: Description, name: str, group: BurstGroup) -> str:

@@ -39,6 +39,7 @@ def test_a_burst_node_expects_its_types_gpus_the_lock_and_the_teams(stack: str) 
     assert e.software == desc.software.model_dump(mode="json", exclude={"blocklist"})
     assert e.teams == tuple(sorted(desc.teams)) and e.node_class == name
     assert (e.mounts, e.probes, e.addresses, e.host_firewall) == ((), (), {}, False)
+    assert e.ids == desc.ids.model_dump(mode="json")
 
 
 @pytest.mark.parametrize("expect", [lambda: burst_expect(_facts(), "n1"),
@@ -51,7 +52,9 @@ def test_an_expectation_survives_its_json(expect) -> None:  # type: ignore[no-un
 
 @pytest.mark.parametrize(("key", "value"), [
     ("instance_type", "x9.huge"), ("instance_type", 3), ("software", ["535"]),
-    ("teams", "vision"), ("teams", [1]), ("environment", None), ("burst_group", None)])
+    ("teams", "vision"), ("teams", [1]), ("environment", None), ("burst_group", None),
+    ("ids", []), ("ids", {"users": {"alice": "20001"}}), ("ids", {"groups": {}}),
+    ("ids", {"users": {"alice": True}})])
 def test_facts_that_are_not_the_user_datas_are_refused(key: str, value: object) -> None:
     facts = {**_facts(), key: value}
     with pytest.raises(FactsError, match=key.replace("_", "[_ ]")):

@@ -132,6 +132,20 @@ def test_team_groups(host, expect: NodeExpect, measure: Measure) -> None:  # typ
 
 
 @pytest.mark.action(Action.RECONFIGURE)
+def test_fixed_ids(host, expect: NodeExpect, measure: Measure) -> None:  # type: ignore[no-untyped-def]
+    """Members and team groups carry the description's ids: a node whose uid for a member
+    drifted runs that member's jobs as someone else on the shared tiers."""
+    want = {**expect.ids.get("users", {}),
+            **{f"team-{t}": gid for t, gid in expect.ids.get("teams", {}).items()}}
+    found = {u: host.user(u).uid if host.user(u).exists else None
+             for u in expect.ids.get("users", {})}
+    found |= {f"team-{t}": host.group(f"team-{t}").gid if host.group(f"team-{t}").exists
+              else None for t in expect.ids.get("teams", {})}
+    wrong = {k: v for k, v in found.items() if v != want[k]}
+    measure(wrong, {}, not wrong, f"ids other than the description's: {wrong}")
+
+
+@pytest.mark.action(Action.RECONFIGURE)
 def test_sudo_rules(host, measure: Measure) -> None:  # type: ignore[no-untyped-def]
     # sudoers must parse, and on-call engineers get their limited rules: exact commands,
     # run NOEXEC, no wildcard that would let them pick a unit, a file or a pager.
