@@ -101,3 +101,16 @@ def test_every_runbook_figure_is_in_its_results_file() -> None:
                 missing = [p for p in paths.split()
                            if walk(data[results]["figures"], p) is None]
                 assert not missing, f"runbooks/{name}: {results}.json has no {missing}"
+
+
+def test_plan_figures_are_of_todays_program() -> None:
+    """plan.json's resource count at its smallest size is what the program declares today:
+    a change to what the program declares makes the figures stale, and `python -m bench
+    plan` writes them again."""
+    from bench import plan as plan_bench  # noqa: PLC0415 - the program, only for this test
+    from gpupool.preview import plan  # noqa: PLC0415
+
+    recorded = json.loads((bench.RESULTS / "plan.json").read_text())["figures"]["sizes"][0]
+    declared = plan.declare(plan_bench.synthetic(recorded["nodes"]), "stale-check")
+    assert len(declared.resources) == recorded["resources"], (
+        "bench/results/plan.json is stale: run `python -m bench plan`")
