@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Pack the acceptance gate for the nodes: gpupool's package and the packages of its
-`gate` extra at uv.lock's versions, installed for the nodes' Python (Debian 12's CPython
-3.11 on x86_64), as one archive that roles/acceptance_gate unpacks on GPU nodes and on
-the burst image. The node then needs no package index: its gate runs as
+"""Pack the acceptance gate for the nodes: gpupool's package and what `gpupool[gate]`
+installs (its base dependencies and the `gate` extra) at uv.lock's versions, installed
+for the nodes' Python (Debian 12's CPython 3.11 on x86_64), as one archive that
+roles/acceptance_gate unpacks on GPU nodes and on the burst image. The node then needs
+no package index: its gate runs as
 
     PYTHONPATH=<dir>/lib python3 -m gpupool.gate.boot ...
 
@@ -34,12 +35,14 @@ INSTALL_TIMEOUT_S = 600
 
 
 def requirements() -> list[str]:
-    """name==version for the extra's packages and everything they require on Linux."""
+    """name==version for what `gpupool[gate]` installs (the base dependencies and the
+    extra's packages) and everything they require on Linux."""
     lock = tomllib.loads((ROOT / "uv.lock").read_text())
     packages = {p["name"]: p for p in lock["package"]}
-    extra = next(p for p in lock["package"] if p.get("source", {}).get("editable") == "."
-                 or p["name"] == "gpupool")["optional-dependencies"][EXTRA]
-    wanted, todo = set(), [d["name"] for d in extra]
+    own = next(p for p in lock["package"] if p.get("source", {}).get("editable") == "."
+               or p["name"] == "gpupool")
+    direct = [*own.get("dependencies", []), *own["optional-dependencies"][EXTRA]]
+    wanted, todo = set(), [d["name"] for d in direct]
     while todo:
         name = todo.pop()
         if name in wanted:

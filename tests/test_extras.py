@@ -10,6 +10,7 @@ would need the package index, which tests may not reach: the second check stands
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -122,3 +123,18 @@ def test_a_verb_without_its_extra_says_which_to_install(
     assert cli.main(["plan", "--stack", "lab"]) == cli.EXIT_INVALID
     err = capsys.readouterr().err
     assert "pip install 'gpupool[cloud]'" in err and "Traceback" not in err
+
+
+def test_the_nodes_gate_bundle_holds_what_gpupool_gate_installs() -> None:
+    """scripts/gate_bundle.py packs, for the nodes, the base dependencies and the gate
+    extra at uv.lock's versions (the extra alone once left pydantic out, and every node's
+    health loop failed to start)."""
+    spec = importlib.util.spec_from_file_location("gate_bundle",
+                                                  ROOT / "scripts" / "gate_bundle.py")
+    assert spec is not None and spec.loader is not None
+    bundle = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bundle)
+    names = {r.split("==")[0] for r in bundle.requirements()}
+    direct = {Requirement(r).name for r in GATE_EXTRA}
+    assert direct <= names, direct - names
+    assert not names & set(HEAVY), names & set(HEAVY)
