@@ -652,7 +652,10 @@ def test_spot_notice_drains_the_burst_node_and_its_job_resumes_elsewhere(cluster
     wait_for("the job requeued", lambda: cluster.sacct(job)[0]["State"] in (
         "REQUEUED", "PREEMPTED"), 60)
     cluster.figures["spot_notice_to_requeued_s"] = round(time.monotonic() - t0, 1)
-    assert "checkpoint" in on_host(node, f"cat /tmp/slurm-{job}.out")
+    # The job's output reaches its file on the host a moment after accounting has the
+    # requeue: read it until the checkpoint line is there (bounded).
+    wait_for("the checkpoint line in the job's output on the spot host", lambda: (
+        "checkpoint" in on_host(node, f"cat /tmp/slurm-{job}.out")), 30)
     wait_for("the job running again", lambda: cluster.state(job) in ("RUNNING", "COMPLETED"),
              120)
     cluster.figures["spot_notice_to_running_again_s"] = round(time.monotonic() - t0, 1)
