@@ -69,6 +69,7 @@ def saturated_windows(runs: list[Run], demands: list[Demand], capacity: int,
     return out
 
 
+ACCOUNTING_RESOLUTION_S = 1.0  # sacct's times are whole seconds: allowed once per run
 # Accounting's end states of a job that did not finish its work.
 FAILED_STATES = frozenset({"FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "CANCELLED",
                            "BOOT_FAIL", "DEADLINE"})
@@ -104,7 +105,7 @@ def metrics(runs: list[Run], demands: list[Demand], capacity: int,
     # A job that ran once redid nothing; accounting's 1 s resolution and each run's start
     # and stop overhead are allowed for (1 s per run).
     gpus = {d.job: d.gpus for d in demands}
-    redone = {j: max(0.0, ran[j] - need[j] - len(by_job[j]))
+    redone = {j: max(0.0, ran[j] - need[j] - ACCOUNTING_RESOLUTION_S * len(by_job[j]))
               for j in completed if j in need and len(by_job[j]) > 1}
     lost = sum(s * gpus[j] for j, s in redone.items())
     work = sum(d.duration * d.gpus for d in demands)
@@ -137,7 +138,6 @@ def metrics(runs: list[Run], demands: list[Demand], capacity: int,
 
 TARGET_UTILIZATION = 0.9
 SCHED_CYCLES = 2  # interactive p95 wait within this many scheduling cycles
-ACCOUNTING_RESOLUTION_S = 1.0
 
 
 def targets(policies: dict[str, dict[str, Any]], top_class: str, sched_interval_s: float,
