@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pulumi
 import pulumi_aws as aws
 
-from gpupool.paths import PROJECT_ROOT, find_project
+from gpupool.paths import pulumi_project
 from gpupool.render import cloud, image
 from gpupool.spec import loader
 from gpupool.spec.model import Description
@@ -114,7 +113,4 @@ def _prebuilt_images(desc: Description) -> dict[str, str]:
 def main() -> None:
     """What the Pulumi CLI runs: the stack config names the description."""
     path = pulumi.Config("gpupool").require("description")
-    # Pulumi runs the program in the project's folder (a `gpupool init` project, or this
-    # checkout): the path is relative to it.
-    root = find_project(Path.cwd()) or PROJECT_ROOT
-    declare(loader.load_file(root / path))
+    declare(loader.load_file(pulumi_project() / path))

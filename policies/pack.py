@@ -25,7 +25,7 @@ from pulumi_policy import (
     Policy as CrossGuardPolicy,
 )
 
-from gpupool.paths import PROJECT_ROOT
+from gpupool.paths import pulumi_project
 from gpupool.spec import loader
 from gpupool.spec.model import Description
 from policies.catalog import POLICIES
@@ -39,10 +39,10 @@ LEVELS = {Level.MANDATORY: EnforcementLevel.MANDATORY, Level.ADVISORY: Enforceme
 def description() -> Description:
     path = pulumi.runtime.get_config_env().get("gpupool:description")
     if path:
-        return loader.load_file(PROJECT_ROOT / path)
+        return loader.load_file(pulumi_project() / path)
     stack = os.environ.get("PULUMI_STACK")
     if stack:
-        return loader.load_stack(stack)
+        return loader.load_stack(stack, pulumi_project())
     raise RuntimeError("gpupool policies need the stack config gpupool:description "
                        "(run them with `pulumi preview --policy-pack policies`)")
 
@@ -50,7 +50,7 @@ def description() -> Description:
 @functools.cache
 def config() -> dict[str, tuple[Any, bool]]:
     stack = os.environ.get("PULUMI_STACK")
-    return stack_config(stack) if stack else {}
+    return stack_config(stack, pulumi_project()) if stack else {}
 
 
 def _res(r: ResourceValidationArgs | PolicyResource) -> Res:

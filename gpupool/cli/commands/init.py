@@ -1,17 +1,18 @@
 """`gpupool init DIR [--from lab|example]`: a new pool project that validates, plans and
-renders at once. The Pulumi program, roles and playbooks stay in the gpupool checkout the
-project's files point to; the project holds only what is the user's: the description, the
-stack settings and the Ansible settings."""
+renders at once. The Pulumi program, roles and playbooks stay in the gpupool checkout or
+installed package the project's files point to (paths.SHARE); the project holds only what
+is the user's: the description, the stack settings and the Ansible settings."""
 
 from __future__ import annotations
 
 import argparse
 import re
+import sys
 from pathlib import Path
 
 from gpupool.cli.output import EXIT_INVALID, EXIT_OK, EXIT_USAGE, err, out
 from gpupool.cli.registry import plain_command
-from gpupool.paths import PROJECT_FILE, PROJECT_ROOT
+from gpupool.paths import PROJECT_FILE, PROJECT_ROOT, SHARE
 from gpupool.spec import loader
 
 STARTERS = ("lab", "example")
@@ -27,17 +28,21 @@ def _setup(p: argparse.ArgumentParser) -> None:
 
 def files(name: str, stack: str, starter: str) -> dict[str, str]:
     """The project's files, relative path -> text."""
-    description = loader.description_path(starter, PROJECT_ROOT).read_text()
-    pulumi = (PROJECT_ROOT / PROJECT_FILE).read_text()
+    description = loader.description_path(starter, SHARE).read_text()
+    pulumi = (SHARE / PROJECT_FILE).read_text()
     pulumi = re.sub(r"(?m)^name: .*$", f"name: {name}", pulumi)
-    pulumi = re.sub(r"(?m)^    virtualenv: .*$", f"    virtualenv: {PROJECT_ROOT / '.venv'}",
-                    pulumi)
+    # The environment gpupool runs in (a checkout's .venv, or where the wheel is installed)
+    # is the one that has the program's dependencies.
+    # Pulumi runs that environment's Python as it is (uv would look for a uv project
+    # beside the program).
+    pulumi = re.sub(r"(?m)^    toolchain: .*$", "    toolchain: pip", pulumi)
+    pulumi = re.sub(r"(?m)^    virtualenv: .*$", f"    virtualenv: {sys.prefix}", pulumi)
+    # The program is the `infra` package beside `gpupool`, in a checkout or site-packages.
     pulumi = re.sub(r"(?m)^main: .*$", f"main: {PROJECT_ROOT / 'infra'}/", pulumi)
-    ansible = (PROJECT_ROOT / "ansible.cfg").read_text()
-    ansible = re.sub(r"(?m)^roles_path = .*$", f"roles_path = {PROJECT_ROOT / 'roles'}",
-                     ansible)
+    ansible = (SHARE / "ansible.cfg").read_text()
+    ansible = re.sub(r"(?m)^roles_path = .*$", f"roles_path = {SHARE / 'roles'}", ansible)
     ansible = re.sub(r"(?m)^inventory_plugins = .*$",
-                     f"inventory_plugins = {PROJECT_ROOT / 'inventory_plugins'}", ansible)
+                     f"inventory_plugins = {SHARE / 'inventory_plugins'}", ansible)
     # The project's inventory is its description, read by the gpupool plugin at each run.
     ansible = re.sub(r"(?m)^inventory = .*$", "inventory = gpupool.yml", ansible)
     return {
@@ -57,7 +62,8 @@ Created by `gpupool init` from the `{starter}` description. Edit `pools/{stack}.
     gpupool show --stack {stack}         # capacity, segments, quotas, classes
     gpupool plan --stack {stack}         # what the Pulumi program declares
     gpupool policy --stack {stack}       # the policy pack over it
-    ansible-playbook {PROJECT_ROOT / 'playbooks' / 'site.yml'}
+    GPUPOOL_PROJECT=$PWD pulumi preview --stack {stack} --policy-pack {PROJECT_ROOT / 'policies'}
+    ansible-playbook {SHARE / 'playbooks' / 'site.yml'}
 
 Ansible's inventory is `gpupool.yml` (the `inventory` of `ansible.cfg`): the gpupool
 inventory plugin reads the stack's description at every run, so it is never stale.
@@ -65,9 +71,10 @@ inventory plugin reads the stack's description at every run, so it is never stal
 How Ansible reaches the nodes (user, bastion, become, SSH arguments) is the stack config's
 `gpupool:connection` section, in `Pulumi.{stack}.yaml`; both carry it.
 
-Run the `gpupool` verbs here or in any folder below, Ansible here (it reads
-`./ansible.cfg`). The Pulumi program, the roles and the playbooks are
-gpupool's, at {PROJECT_ROOT}.
+A policy pack runs in its own folder and Pulumi does not tell it where this project is:
+`GPUPOOL_PROJECT` does. Run the `gpupool` verbs here or in any folder below, Ansible
+here (it reads `./ansible.cfg`). The roles and the playbooks are gpupool's, at {SHARE}; the
+Pulumi program is its `infra` package, at {PROJECT_ROOT / 'infra'}.
 """,
     }
 

@@ -1,0 +1,87 @@
+"""gpupool installed from its wheel, used from a folder of one's own: the wheel carries the
+roles, playbooks, inventory plugin, starter descriptions and on-host programs
+(paths.SHARE), and a project `gpupool init` makes there validates, plans, passes the
+policy pack, and gives Ansible an inventory and playbooks that parse.
+
+The wheel is built by hatchling (the build backend pyproject.toml names) from the files git
+tracks, and unpacked rather than installed: installing would need the package index for
+its dependencies, and this venv already has them. The unpacked copy comes first on
+sys.path, so nothing below can reach the checkout's own files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+BIN = Path(sys.executable).parent
+# A role's files outside itself, reached as "{{ role_path }}/../../<path>".
+OUTSIDE = re.compile(r"\{\{ role_path \}\}/\.\./\.\./([\w./-]+)")
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from the tracked files, unpacked: its site-packages."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    src, dist, site = tmp / "src", tmp / "dist", tmp / "site"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
+                             check=True, timeout=60).stdout.decode().split("\0")
+    for rel in filter(None, tracked):
+        dest = src / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if (ROOT / rel).is_symlink() or not (ROOT / rel).exists():
+            continue
+        dest.write_bytes((ROOT / rel).read_bytes())
+    subprocess.run([sys.executable, "-m", "hatchling", "build", "-t", "wheel", "-d",
+                    str(dist)], cwd=src, check=True, capture_output=True, timeout=120)
+    (wheel,) = dist.glob("gpupool-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        assert not [n for n in z.namelist() if "__pycache__" in n]
+        z.extractall(site)
+    return site
+
+
+def _run(argv: list[str], cwd: Path, site: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "ANSIBLE_"))}
+    env |= {"PYTHONPATH": str(site), "PATH": f"{BIN}:{env.get('PATH', '')}"}
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+def test_the_wheel_carries_what_the_roles_reach_outside_themselves(installed: Path) -> None:
+    share = installed / "gpupool" / "share"
+    reached = {m.group(1) for p in (ROOT / "roles").rglob("*.yml")
+               for m in OUTSIDE.finditer(p.read_text())}
+    assert reached, "the roles reach no file outside themselves any more: drop this test"
+    assert sorted(r for r in reached if not (share / r).exists()) == []
+    assert (share / "inventory_plugins" / "gpupool.py").is_file()
+    assert (installed / "policies" / "PulumiPolicy.yaml").is_file()
+
+
+def test_a_project_outside_the_checkout_works_from_the_installed_wheel(
+        installed: Path, tmp_path: Path) -> None:
+    py = [sys.executable, "-m", "gpupool"]
+    proc = _run([*py, "init", "mine", "--from", "lab", "--stack", "prod"], tmp_path, installed)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    project = tmp_path / "mine"
+    share = installed / "gpupool" / "share"
+    assert f"roles_path = {share / 'roles'}" in (project / "ansible.cfg").read_text()
+    for verb in (["validate"], ["plan"], ["policy"]):
+        proc = _run([*py, *verb], project, installed)
+        assert proc.returncode == 0, f"{verb}: {proc.stdout}{proc.stderr}"
+    # Ansible, in the project: the inventory plugin reads the description; the playbooks
+    # and roles come from the wheel.
+    proc = _run([str(BIN / "ansible-inventory"), "--graph"], project, installed)
+    assert proc.returncode == 0 and "lab-gpu1" in proc.stdout, proc.stdout + proc.stderr
+    for playbook in ("site.yml", "onboard.yml"):
+        proc = _run([str(BIN / "ansible-playbook"), "--syntax-check",
+                     str(share / "playbooks" / playbook)], project, installed)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
