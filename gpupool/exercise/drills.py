@@ -44,20 +44,27 @@ def drill(name: str) -> Callable[[Drill], Drill]:
     return register
 
 
-def job_script(ctx: Context, name: str, steps: int = STEPS) -> str:
-    """The batch script of the reference job, following the job convention
-    (runbooks/job-convention.md): the trainer runs in a job step whose shell traps SIGTERM,
-    lets the job save, and hands a preempted job back to the queue at once (PreemptTime
-    set), which frees its GPUs without waiting for GraceTime; a cancelled job just ends."""
-    ckpt = f"{ctx.root}/{ctx.team}/{name}"
-    return f"""#!/bin/bash
-export GPUPOOL_CKPT_DIR={ckpt} GPUPOOL_STEPS={steps} GPUPOOL_CKPT_EVERY={EVERY}
-export GPUPOOL_STEP_SECONDS={STEP_S} GPUPOOL_STORAGE_WAIT_S=60
-srun bash -c 'python3 -u {ctx.root}/.gpupool/reference_train.py & pid=$!
+def convention_step(command: str) -> str:
+    """The lines of a batch script that run `command` (no single quotes) as the job
+    convention says (runbooks/job-convention.md): in a job step whose shell traps SIGTERM,
+    lets the command save, and hands a preempted job back to the queue at once
+    (PreemptTime set), which frees its GPUs without waiting for GraceTime; a cancelled job
+    just ends. Slurm 22.05 sends a preemption's SIGTERM to the job's steps, not to its batch
+    shell: a trap there fires only at the kill, GraceTime later (measured on the lab)."""
+    return f"""srun bash -c '{command} & pid=$!
 trap "kill -TERM $pid; wait $pid; scontrol show job $SLURM_JOB_ID | grep -q PreemptTime=None \\
   || scontrol requeue $SLURM_JOB_ID; exit 0" TERM
 wait $pid'
 """
+
+
+def job_script(ctx: Context, name: str, steps: int = STEPS) -> str:
+    """The batch script of the reference job, following the job convention."""
+    ckpt = f"{ctx.root}/{ctx.team}/{name}"
+    return f"""#!/bin/bash
+export GPUPOOL_CKPT_DIR={ckpt} GPUPOOL_STEPS={steps} GPUPOOL_CKPT_EVERY={EVERY}
+export GPUPOOL_STEP_SECONDS={STEP_S} GPUPOOL_STORAGE_WAIT_S=60
+""" + convention_step(f"python3 -u {ctx.root}/.gpupool/reference_train.py")
 
 
 def install_job(ctx: Context) -> None:

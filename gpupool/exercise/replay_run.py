@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from gpupool.exercise.context import Context
+from gpupool.exercise.drills import convention_step
 from gpupool.lab.hosts import LabError
 from gpupool.lab.slurm_cluster import SlurmLab, SlurmLabError, onprem_nodes, playbook, wait_for
 from gpupool.render import slurm
@@ -40,13 +41,11 @@ _POLICY_KEYS = re.compile(r"^(PartitionName|PreemptType|PreemptMode|SchedulerTyp
                           r"PriorityType|PriorityWeight\w*)=")
 
 WORK = r"""#!/bin/bash
-# Replay job: WORK_DS tenths of a second of work, counted by the clock (a busy host does
-# not stretch it), resumable from its progress file.
+# Replay job's work: WORK_DS tenths of a second, counted by the clock (a busy host does not
+# stretch it), resumable from its progress file, which it saves on SIGTERM and exits.
 P={root}/.gpupool/replay/$SLURM_JOB_NAME.progress
 done=$(cat "$P" 2>/dev/null || echo 0)
-trap 'echo $done > "$P"
-      scontrol show job $SLURM_JOB_ID | grep -q PreemptTime=None || scontrol requeue $SLURM_JOB_ID
-      exit 0' TERM
+trap 'echo $done > "$P"; exit 143' TERM
 last=$(date +%s%N)
 while [ "$done" -lt "$WORK_DS" ]; do
   sleep 0.1
@@ -55,6 +54,12 @@ while [ "$done" -lt "$WORK_DS" ]; do
   echo $done > "$P"
 done
 """
+
+
+def job_script(root: str) -> str:
+    """The replay job's batch script: WORK in a job step, as the job convention says, so a
+    preemption requeues it at once (its GPUs are not held for GraceTime)."""
+    return "#!/bin/bash\n" + convention_step(f"bash {root}/.gpupool/replay/work.sh")
 
 
 def baseline_conf(desc: Any, current: str) -> str:
@@ -242,13 +247,14 @@ def replay_once(ctx: Context, policy: str, trace: list[TraceJob], *, speedup: fl
     prefix = f"{run}-{policy}-"
     s.sh(f"rm -rf {ctx.root}/.gpupool/replay && mkdir -p {ctx.root}/.gpupool/replay")
     s.write(f"{ctx.root}/.gpupool/replay/work.sh", WORK.format(root=ctx.root))
+    s.write(f"{ctx.root}/.gpupool/replay/job.sh", job_script(ctx.root))
     t0 = float(s.sh("date +%s").strip()) + LEAD_S
     since = datetime.fromtimestamp(t0 - LEAD_S).strftime("%Y-%m-%dT%H:%M:%S")
     lines = []
     for j in trace:
         begin = datetime.fromtimestamp(t0 + j.submit_s / speedup).strftime("%Y-%m-%dT%H:%M:%S")
         lines.append(_submit_line(policy, j, begin, speedup, prefix + j.job_id).format(
-            script=f"{ctx.root}/.gpupool/replay/work.sh"))
+            script=f"{ctx.root}/.gpupool/replay/job.sh"))
     s.write("/var/lib/gpupool/jobs/replay-submit.sh", "set -e\n" + "\n".join(lines))
     s.sh("bash /var/lib/gpupool/jobs/replay-submit.sh >/dev/null", timeout=300)
     report(f"{policy}: {len(trace)} jobs submitted")

@@ -172,8 +172,8 @@ def targets(policies: dict[str, dict[str, Any]], top_class: str, sched_interval_
                           f"({bound:g} s)",
                 "value": p95, "met": None if p95 is None else p95 <= bound,
                 "why": (f"no {top_class} job in the trace" if p95 is None else
-                        f"p95 {p95} s: a job that must preempt waits for the victim's "
-                        "checkpoint (up to its class's GraceTime)"
+                        f"p95 {p95} s: a job that must preempt waits for its victim to "
+                        "save and requeue, then for the scheduling pass after it"
                         if g["preemptions_and_requeues"] else
                         f"p95 {p95} s: no GPUs free and nothing preemptible under it")})
     per = g["work_lost_per_preemption_s"]
