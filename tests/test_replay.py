@@ -73,7 +73,7 @@ def test_targets_say_met_missed_or_no_evidence_and_why() -> None:
                              "baseline": _policy(0.85, 40.0, 0, None)}, "interactive", 2, 0.1)
     assert [t["met"] for t in missed] == [False, False, False, False]
     assert "240.0 GPU-s idle in 100 saturated seconds" in missed[0]["why"]  # 0.2 x 12 x 100
-    assert "GraceTime" in missed[2]["why"] and "4.0 s redone" in missed[3]["why"]
+    assert "save and requeue" in missed[2]["why"] and "4.0 s redone" in missed[3]["why"]
     none = replay.targets({"gpupool": _policy(None, 3.0, 0, None)}, "interactive", 2, 0.1)
     assert [t["met"] for t in none] == [None, True, None]
     assert "never reached" in none[0]["why"] and "no preemption" in none[2]["why"]
