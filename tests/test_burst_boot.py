@@ -56,6 +56,12 @@ case "${GATE:-pass}" in
   *) echo "No module named gpupool.gate.boot" >&2; exit 1 ;;
 esac
 """
+# systemctl: logged; MOUNT_DOWN=1 makes a mount unit fail to start (no hybrid link).
+SYSTEMCTL = r"""#!/bin/bash
+printf '%s\n' "systemctl $*" >> "$LOG/commands"
+[[ -n "${MOUNT_DOWN:-}" && "$1" == start && "$2" == *.mount ]] && exit 1
+exit 0
+"""
 SCONTROL = r"""#!/bin/bash
 printf '%s\n' "SLURM_CONF=$SLURM_CONF scontrol $*" >> "$LOG/commands"
 """
@@ -86,7 +92,7 @@ def _boot(tmp: Path, script: str, **env: str) -> Boot:
     # The image has /etc/munge and /etc/default (packages installed by the roles).
     for d in (bin_, log, tmp / "etc/munge", tmp / "etc/default"):
         d.mkdir(parents=True, exist_ok=True)
-    for name, text in {"curl": CURL, "aws": AWS, "systemctl": LOGGER, "chown": LOGGER,
+    for name, text in {"curl": CURL, "aws": AWS, "systemctl": SYSTEMCTL, "chown": LOGGER,
                        "sleep": LOGGER, "python3": GATE, "scontrol": SCONTROL}.items():
         (bin_ / name).write_text(text)
         (bin_ / name).chmod(0o755)
@@ -149,9 +155,11 @@ def test_a_booted_instance_writes_the_key_and_starts_slurmd_configless(tmp_path:
     assert f"chown munge:munge {tmp_path}/etc/munge/munge.key.new" in commands
     watcher = ([f"systemctl enable --now {cloud.SPOT_WATCH_UNIT.format('prod-h100-burst-3')}"]
                if life_cycle == "spot" else [])
+    mounts = [f"systemctl start {u}" for u in cloud.mount_units(desc)]
+    assert mounts, "the example declares network tiers"
     assert [c for c in commands if c.startswith("systemctl")] == [
-        "systemctl restart munge", "systemctl daemon-reload", "systemctl enable slurmd",
-        "systemctl restart slurmd", *watcher]
+        "systemctl restart munge", *mounts, "systemctl daemon-reload",
+        "systemctl enable slurmd", "systemctl restart slurmd", *watcher]
     assert done.log("aws.args").splitlines() == [
         "secretsmanager", "get-secret-value", "--region", group.region,
         "--secret-id", cloud.munge_secret_name(desc), "--query", "SecretBinary",
@@ -260,3 +268,18 @@ def test_a_node_that_does_not_pass_drains_itself_and_never_starts_slurmd(
         f"reason={reason}"]
     assert "slurmd" not in done.log("commands")
     assert not (tmp_path / "etc/default/slurmd").exists()
+
+
+def test_a_tier_that_does_not_mount_is_reported_and_left_to_the_gate(tmp_path: Path) -> None:
+    """Every network tier's unit is started, each bounded; one that fails is said on stderr
+    and the boot goes on to the gate, whose storage.mount_present fails the node for it
+    (the gate's facts carry the tiers: test_burst_hosts, gate/expect.burst_expect)."""
+    desc = loader.load_stack("example", ROOT)
+    name, group = next(iter(desc.burst_groups.items()))
+    done = _boot(tmp_path, cloud.user_data(desc, name, group), NODE_TAG="prod-h100-burst-3",
+                 MUNGE_B64=KEY_B64, MOUNT_DOWN="1", GATE="fail")
+    assert done.rc == 1
+    for unit in cloud.mount_units(desc):
+        assert f"gpupool: {unit} did not mount" in done.stderr
+    assert "python3 -m gpupool.gate.boot" in done.log("commands")
+    assert "systemctl restart slurmd" not in done.log("commands")

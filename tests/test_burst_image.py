@@ -5,6 +5,7 @@ mocks echo inputs, so this proves what is declared, not what Image Builder would
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -266,6 +267,29 @@ def test_the_artifact_holds_what_the_playbook_reads() -> None:
     roles = [r["role"] for p in play for r in p.get("roles", [])]
     included = [t["ansible.builtin.include_role"]["name"] for p in play
                 for t in p.get("tasks", []) if "ansible.builtin.include_role" in t]
-    assert roles + included == ["common", "hardening", "acceptance_gate", "slurm"]
+    assert roles + included == ["common", "hardening", "storage", "acceptance_gate", "slurm"]
     gate = yaml.safe_load((ROOT / "roles/acceptance_gate/defaults/main.yml").read_text())
     assert gate["acceptance_gate_bundle"] == "{{ playbook_dir }}/../" + image.GATE_BUNDLE
+
+
+def test_the_image_vars_define_what_the_roles_argument_specs_read(stack: str) -> None:
+    """Ansible resolves a role's argument-spec defaults even where the play sets the
+    option, so every gpupool_* variable they read must be among the image's variables (the
+    image build failed on gpupool_flow_sources and gpupool_health before they were)."""
+    desc = _desc(stack)
+    play = yaml.safe_load((ROOT / image.PLAYBOOK).read_text())
+    roles = [r["role"] for p in play for r in p.get("roles", [])]
+    for region in cloud.regions(desc):
+        defined = set(inventory.burst_image_vars(desc, region))
+        for role in roles:
+            specs = yaml.safe_load((ROOT / "roles" / role / "meta/argument_specs.yml")
+                                   .read_text())["argument_specs"]
+            for entry in specs.values():
+                for option, spec in entry.get("options", {}).items():
+                    default = str(spec.get("default", ""))
+                    # Unless the expression guards it somewhere (`is defined`, or
+                    # `| default(...)` right after it): Jinja reads it only behind that.
+                    guarded = set(re.findall(r"\b(gpupool_[a-z_]+) (?:is defined|\| default)",
+                                             default))
+                    needed = set(re.findall(r"\bgpupool_[a-z_]+\b", default)) - guarded
+                    assert needed <= defined, (role, option, needed - defined)

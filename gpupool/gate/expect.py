@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import ValidationError
 
 from gpupool.render.flows import allowed, probe_ports
 from gpupool.spec.catalog import GPU_MODELS, INSTANCE_TYPES
 from gpupool.spec.facts import node_class, rack_places
 from gpupool.spec.mig import is_partitioned
-from gpupool.spec.model import Description, Interconnect, NodeRole
+from gpupool.spec.model import NAME_RE, Description, Interconnect, Mount, NodeRole
 
 
 @dataclass(frozen=True)
@@ -103,14 +106,16 @@ def _gpu(desc: Description, node: str) -> GpuExpect | None:
                      model.min_mem_bw_gbps, layout)
 
 
+def _mount(tier: str, mount: Mount) -> MountExpect:
+    return MountExpect(tier, mount.path, mount.fstype.value, tuple(mount.options),
+                       "ro" not in mount.options)
+
+
 def node_expect(desc: Description, node: str) -> NodeExpect:
     n = desc.nodes[node]
     compute = NodeRole.COMPUTE in n.roles
-    mounts = tuple(
-        MountExpect(name, t.mount.path, t.mount.fstype.value, tuple(t.mount.options),
-                    "ro" not in t.mount.options)
-        for name, t in desc.storage_tiers.items()
-        if t.mount is not None and compute)
+    mounts = tuple(_mount(name, t.mount) for name, t in desc.storage_tiers.items()
+                   if t.mount is not None and compute)
     # Inbound: what this node's own firewall lets in, probed from one peer per segment.
     probes = tuple(
         Probe(peer, seg, addr, port, allowed(desc, peer, node, seg, port))
@@ -148,9 +153,10 @@ def _fact(facts: Mapping[str, Any], key: str, kind: type) -> Any:
 
 def burst_expect(facts: Mapping[str, Any], node: str) -> NodeExpect:
     """What a burst node must look like, from the facts its user-data writes
-    (gpupool.render.cloud.burst_facts): the group's instance type's GPUs, the software lock
-    and the teams. No mounts (the on-prem tiers are not mounted in the cloud), no probes and
-    no host firewall (the security groups are its inbound), no leaf switch."""
+    (gpupool.render.cloud.burst_facts): the group's instance type's GPUs, the software lock,
+    the teams and the storage tiers' mounts. No probes and no host firewall (the security
+    groups are its inbound), no leaf switch. Mount values reach the suites' commands, so
+    they pass the description's own rules again (model.Mount) or the facts are refused."""
     itype = _fact(facts, "instance_type", str)
     if itype not in INSTANCE_TYPES:
         raise FactsError(f"burst facts: unknown instance type {itype!r}")
@@ -166,11 +172,19 @@ def burst_expect(facts: Mapping[str, Any], node: str) -> NodeExpect:
                                             for k, v in table.items())
             for table in ids.values())):
         raise FactsError("burst facts: ids must map users and teams to whole numbers")
+    mounts = facts.get("mounts", {})
+    if not (isinstance(mounts, dict) and all(isinstance(k, str) and re.fullmatch(NAME_RE, k)
+                                             for k in mounts)):
+        raise FactsError("burst facts: mounts must map storage tier names to mounts")
+    try:
+        expected = tuple(_mount(k, Mount.model_validate(v)) for k, v in mounts.items())
+    except ValidationError as exc:
+        raise FactsError(f"burst facts: mounts: {exc.errors()[0]['msg']}") from None
     return NodeExpect(
         node=node, environment=_fact(facts, "environment", str),
         node_class=_fact(facts, "burst_group", str), roles=(NodeRole.COMPUTE.value,),
         leaf="", addresses={}, mtu={},
         gpu=GpuExpect(t.gpu_model, model.product, t.gpus, t.gpu_memory_gib, False,
                       model.min_bf16_tflops, model.min_mem_bw_gbps),
-        software=dict(software), mounts=(), teams=tuple(teams), ids=ids,
+        software=dict(software), mounts=expected, teams=tuple(teams), ids=ids,
         host_firewall=False)

@@ -23,6 +23,7 @@ from gpupool.spec.facts import controllers
 from gpupool.spec.model import (
     BUCKET_PURPOSES,
     NAME_RE,
+    SHARED_FSTYPES,
     BurstGroup,
     Description,
     Purpose,
@@ -511,6 +512,9 @@ CLIENT_CONF = "/run/gpupool/slurm-client.conf"
 # Bounded waits at boot: a node that cannot learn its name or key within them fails its
 # user-data (and is terminated by suspend at ResumeTimeout) instead of hanging.
 BOOT_ATTEMPTS, BOOT_RETRY_S = 10, 6
+# Bounds the start of one network tier's mount at boot: its unit's own TimeoutSec (60 s,
+# role storage's net.mount.j2) and systemd's start-up of it.
+MOUNT_TIMEOUT_S = 75
 
 
 def munge_secret_name(desc: Description) -> str:
@@ -648,6 +652,19 @@ def controller_backup_policy(desc: Description, tier: str, key_arn: str) -> dict
     ]}
 
 
+def mount_unit(path: str) -> str:
+    """systemd's name for the mount unit of a path (`systemd-escape --path --suffix=mount`)
+    for the paths validation allows (model.MOUNT_PATH_RE: absolute, no empty or dot-led
+    parts), as role storage names the units it installs."""
+    return path[1:].replace("-", "\\x2d").replace("/", "-") + ".mount"
+
+
+def mount_units(desc: Description) -> list[str]:
+    """The mount units of the tiers on network file systems."""
+    return [mount_unit(t.mount.path) for t in desc.storage_tiers.values()
+            if t.mount is not None and t.mount.fstype in SHARED_FSTYPES]
+
+
 def _join_slurm(desc: Description, group: BurstGroup) -> list[str]:
     """Shell lines that make a booted instance a Slurm node: its node name from its tags,
     the pool's munge key from Secrets Manager, slurmd configless from the controller.
@@ -704,6 +721,11 @@ def _join_slurm(desc: Description, group: BurstGroup) -> list[str]:
         f"mv -f {q(MUNGE_KEY_PATH + '.new')} {q(MUNGE_KEY_PATH)}",
         "umask 022",
         "systemctl restart munge",
+        # The network tiers, over the hybrid link: their units are in the image (role
+        # storage), enabled; started here, each bounded by its unit's TimeoutSec and
+        # MOUNT_TIMEOUT_S, so the gate below finds them mounted or fails the node for it.
+        *(f"timeout {MOUNT_TIMEOUT_S} systemctl start {q(unit)} || "
+          f"echo {q(f'gpupool: {unit} did not mount')} >&2" for unit in mount_units(desc)),
         # The acceptance gate's quick tier before slurmd can take any work (gate/boot.py).
         # A node that does not pass reports itself powered down and drained with the
         # failed checks, so Slurm requeues its job elsewhere and the suspend program
@@ -753,7 +775,12 @@ def burst_facts(desc: Description, name: str, group: BurstGroup) -> dict[str, An
             "domain": desc.pool.domain, "environment": desc.pool.environment,
             "instance_type": itype.name, "gpus": itype.gpus, "gpu_model": itype.gpu_model,
             "software": desc.software.model_dump(mode="json", exclude={"blocklist"}),
-            "teams": sorted(desc.teams), "ids": desc.ids.model_dump(mode="json")}
+            "teams": sorted(desc.teams), "ids": desc.ids.model_dump(mode="json"),
+            # The tiers it mounts, as an on-prem compute node does (the image's storage
+            # role renders and enables their units; the network ones come over the
+            # hybrid link), and which the boot's gate checks before slurmd starts.
+            "mounts": {n: t.mount.model_dump(mode="json")
+                       for n, t in desc.storage_tiers.items() if t.mount is not None}}
 
 
 def user_data(desc: Description, name: str, group: BurstGroup) -> str:

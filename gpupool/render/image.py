@@ -100,6 +100,8 @@ def _validate_steps(desc: Description) -> list[dict[str, Any]]:
         f"test -x {cloud.SPOT_WATCH_PROGRAM}",
         f"test -f /etc/systemd/system/{cloud.SPOT_WATCH_UNIT.format('')}",
         f"test ! -e {cloud.MUNGE_KEY_PATH}",
+        # The tiers' mount units the boot starts (role storage), enabled.
+        *(f"systemctl is-enabled {shlex.quote(unit)}" for unit in cloud.mount_units(desc)),
         "installed=$(dpkg-query -W -f='${Version}' slurmd)",
         f'case "${{installed#*:}}" in {slurm}|{slurm}-*) ;; '
         f'*) echo "slurmd $installed is not the lock\'s {desc.software.slurm}" >&2; exit 1;; esac')]

@@ -176,6 +176,16 @@ def burst_image_vars(desc: Description, region: str) -> dict[str, Any]:
         "gpupool_software": desc.software.model_dump(mode="json"),
         "gpupool_teams": {n: t.model_dump(mode="json") for n, t in desc.teams.items()},
         "gpupool_ids": desc.ids.model_dump(mode="json"),
+        # The tiers whose mount units the image carries (role storage).
+        "gpupool_storage_tiers": {
+            n: t.model_dump(mode="json") for n, t in desc.storage_tiers.items()},
+        # Read by the roles' argument specs, whose defaults Ansible resolves even where the
+        # playbook sets the option: no flow sources (the image has no host firewall), the
+        # health policy, and no description (the image runs no health loop: a burst node
+        # gates itself at boot from its facts).
+        "gpupool_flow_sources": {},
+        "gpupool_health": health_plan(desc),
+        "gpupool_description_file": "",
         "gpupool_node": {
             "name": f"burst-image-{region}",
             "roles": ["compute"],

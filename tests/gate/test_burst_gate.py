@@ -17,6 +17,7 @@ from gpupool.gate.expect import FactsError, NodeExpect, burst_expect, node_expec
 from gpupool.render import cloud
 from gpupool.spec import loader
 from gpupool.spec.catalog import GPU_MODELS, INSTANCE_TYPES
+from gpupool.spec.model import NodeRole
 from tests.conftest import ROOT
 
 
@@ -38,8 +39,11 @@ def test_a_burst_node_expects_its_types_gpus_the_lock_and_the_teams(stack: str) 
     assert e.gpu.product == GPU_MODELS[itype.gpu_model].product
     assert e.software == desc.software.model_dump(mode="json", exclude={"blocklist"})
     assert e.teams == tuple(sorted(desc.teams)) and e.node_class == name
-    assert (e.mounts, e.probes, e.addresses, e.host_firewall) == ((), (), {}, False)
+    assert (e.probes, e.addresses, e.host_firewall) == ((), {}, False)
     assert e.ids == desc.ids.model_dump(mode="json")
+    # The tiers, as an on-prem compute node of the pool expects them.
+    compute = next(n for n, node in desc.nodes.items() if node.roles == [NodeRole.COMPUTE])
+    assert e.mounts and set(e.mounts) == set(node_expect(desc, compute).mounts)
 
 
 @pytest.mark.parametrize("expect", [lambda: burst_expect(_facts(), "n1"),
@@ -54,7 +58,11 @@ def test_an_expectation_survives_its_json(expect) -> None:  # type: ignore[no-un
     ("instance_type", "x9.huge"), ("instance_type", 3), ("software", ["535"]),
     ("teams", "vision"), ("teams", [1]), ("environment", None), ("burst_group", None),
     ("ids", []), ("ids", {"users": {"alice": "20001"}}), ("ids", {"groups": {}}),
-    ("ids", {"users": {"alice": True}})])
+    ("ids", {"users": {"alice": True}}), ("mounts", []), ("mounts", {"Bad Tier": {}}),
+    ("mounts", {"scratch": {"path": "/scratch; reboot", "fstype": "local"}}),
+    ("mounts", {"scratch": {"path": "/scratch", "fstype": "ext9"}}),
+    ("mounts", {"scratch": {"path": "/scratch", "fstype": "nfs", "options": ["a b"]}}),
+    ("mounts", {"scratch": {"path": "/scratch", "fstype": "local", "extra": 1}})])
 def test_facts_that_are_not_the_user_datas_are_refused(key: str, value: object) -> None:
     facts = {**_facts(), key: value}
     with pytest.raises(FactsError, match=key.replace("_", "[_ ]")):
