@@ -60,6 +60,7 @@ echo "start $(date +%s.%N) restart=${SLURM_RESTART_COUNT:-0} host=$(hostname)"
 srun bash -c 'trap "echo checkpoint; \
   scontrol show job $SLURM_JOB_ID | grep -q PreemptTime=None \
   || scontrol requeue $SLURM_JOB_ID; exit 0" TERM
+echo trapping
 for i in $(seq 1 $((WORK * 2))); do sleep 0.5; done'
 echo "done $(date +%s.%N)"
 """
@@ -347,22 +348,25 @@ def _preempted(cluster: Slurm, running: list[tuple[Job, str]]) -> set[str]:
             if cluster.sacct(jid)[0]["State"] in ("REQUEUED", "PREEMPTED")}
 
 
-def _power_down(cluster: Slurm, nodes: set[str]) -> None:
-    """Cloud nodes a scenario allocated, never booted, back to powered down and usable, so
-    the burst proofs below start from them: DOWN, then a forced power down, as the burst
+def _usable(cluster: Slurm, node: str) -> bool:
+    """A cloud node slurmctld may resume: idle and powered down, and nothing else."""
+    state = cluster.sh(f"scontrol show node {node}").split("State=", 1)[1].split()[0]
+    return state.split("+") == ["IDLE", "CLOUD", "POWERED_DOWN"]
+
+
+def _power_down(cluster: Slurm, nodes: set[str], why: str = "a scenario allocated it"
+                ) -> None:
+    """Cloud nodes allocated but never booted back to powered down and usable, so the
+    burst proofs below start from them: DOWN, then a forced power down, as the burst
     program returns a node it could not launch (gpupool/onhost/burst.py). A forced power
     down alone leaves a powering-up node NOT_RESPONDING in Slurm 22.05, and slurmctld then
     never picks it again."""
     for node in sorted(nodes):
         cluster.sh(f"scontrol update nodename={node} state=down "
-                   "reason='gpupool test: a scenario allocated it'")
+                   f"reason={shlex.quote('gpupool test: ' + why)}")
         cluster.sh(f"scontrol update nodename={node} state=power_down_force")
-
-    def usable(node: str) -> bool:
-        state = cluster.sh(f"scontrol show node {node}").split("State=", 1)[1].split()[0]
-        return state.split("+") == ["IDLE", "CLOUD", "POWERED_DOWN"]
-
-    wait_for("the cloud nodes powered down", lambda: all(usable(n) for n in nodes), 120)
+    wait_for("the cloud nodes powered down", lambda: all(_usable(cluster, n) for n in nodes),
+             120)
 
 
 @pytest.mark.parametrize("s", SCENARIOS, ids=[s.name for s in SCENARIOS])
@@ -509,6 +513,10 @@ def aws_lab(cluster):
         subnets = burst_hosts.declare_network(ec2, DESC, region)
         ami = ec2.describe_images(MaxResults=5)["Images"][0]["ImageId"]
         burst_hosts.declare_templates(ec2, DESC, ami)
+        # The proofs start from usable cloud nodes, whatever ran before on this shared lab
+        # (seen: a node left NOT_RESPONDING after earlier runs, never resumed again).
+        _power_down(cluster, {c.name for c in CLOUD if not _usable(cluster, c.name)},
+                    "not usable before the burst proofs")
         # The operator's step after `pulumi up`: the controller's key into the secret.
         key = base64.b64decode(cluster.sh("base64 -w0 /etc/munge/munge.key"))
         boto3.client("secretsmanager", region_name=region, endpoint_url=url).create_secret(
@@ -639,6 +647,10 @@ def test_spot_notice_drains_the_burst_node_and_its_job_resumes_elsewhere(cluster
         raise AssertionError(f"{e}\n{_boot_failure(node, cluster)}") from e
     assert on_host(node, f"systemctl is-active {cloud.SPOT_WATCH_UNIT.format(node)}").strip() \
         == "active"
+    # The notice only once the job step traps SIGTERM: a requeue in the moment between the
+    # batch script's start and the step's trap would end the job with no checkpoint.
+    wait_for("the job's step trapping SIGTERM", lambda: (
+        "trapping" in on_host(node, f"cat /tmp/slurm-{job}.out")), 30)
     # On-prem frees up, so the requeued job has somewhere to go.
     cluster.sh(f"scancel {' '.join(full)}")
     t0 = time.monotonic()
