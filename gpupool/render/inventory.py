@@ -23,6 +23,11 @@ def group_name(prefix: str, name: str) -> str:
     return f"{prefix}_{name.replace('-', '_').replace('.', '_')}"
 
 
+def storage_tiers(desc: Description) -> dict[str, Any]:
+    """The storage tiers as role storage reads them (gpupool_storage_tiers)."""
+    return {n: t.model_dump(mode="json") for n, t in desc.storage_tiers.items()}
+
+
 def health_plan(desc: Description) -> dict[str, Any]:
     h = desc.health
     return {"interval_s": duration_seconds(h.interval), "reset": h.reset.value,
@@ -53,8 +58,7 @@ def pool_vars(desc: Description) -> dict[str, Any]:
         "gpupool_ids": desc.ids.model_dump(mode="json"),
         "gpupool_task_classes": {
             n: c.model_dump(mode="json") for n, c in desc.task_classes.items()},
-        "gpupool_storage_tiers": {
-            n: t.model_dump(mode="json") for n, t in desc.storage_tiers.items()},
+        "gpupool_storage_tiers": storage_tiers(desc),
         "gpupool_gpu_capacity": gpu_capacity(desc),
         # The declared Kubernetes cluster (CNI, control plane), or None: no cluster.
         "gpupool_kubernetes": (desc.kubernetes.model_dump(mode="json")
@@ -177,8 +181,7 @@ def burst_image_vars(desc: Description, region: str) -> dict[str, Any]:
         "gpupool_teams": {n: t.model_dump(mode="json") for n, t in desc.teams.items()},
         "gpupool_ids": desc.ids.model_dump(mode="json"),
         # The tiers whose mount units the image carries (role storage).
-        "gpupool_storage_tiers": {
-            n: t.model_dump(mode="json") for n, t in desc.storage_tiers.items()},
+        "gpupool_storage_tiers": storage_tiers(desc),
         # Read by the roles' argument specs, whose defaults Ansible resolves even where the
         # playbook sets the option: no flow sources (the image has no host firewall), the
         # health policy, and no description (the image runs no health loop: a burst node
