@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from bench.cli_startup import VERBS, heavy_modules
 from gpupool import cli
 from gpupool.cli import registry
-from gpupool.paths import DATA
+from gpupool.paths import DATA, PROJECT_ROOT
 
 
 @pytest.mark.parametrize("verb", VERBS)
@@ -25,6 +26,27 @@ def test_every_verb_module_registers_its_verb() -> None:
     registry.load(None)
     assert set(registry.COMMANDS) | set(registry.PLAIN) == set(registry.VERBS)
     assert not set(registry.COMMANDS) & set(registry.PLAIN)
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_batch_verbs_run_without_the_cyclic_collector_and_give_it_back(
+        fails: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert set(registry.VERBS) >= registry.BATCH
+    seen: list[bool] = []
+
+    def handler(_args: argparse.Namespace, _desc: object) -> int:
+        seen.append(gc.isenabled())
+        if fails:
+            raise RuntimeError("a bug")
+        return cli.EXIT_OK
+
+    registry.load("validate")
+    help_, _, setup = registry.COMMANDS["validate"]
+    monkeypatch.setitem(registry.COMMANDS, "validate", (help_, handler, setup))
+    assert gc.isenabled()
+    code = cli.main(["validate", "--file", str(PROJECT_ROOT / "pools" / "lab.yaml")])
+    assert seen == [False] and gc.isenabled()
+    assert code == (cli.EXIT_INTERNAL if fails else cli.EXIT_OK)
 
 
 def test_a_verb_missing_from_the_map_is_refused() -> None:

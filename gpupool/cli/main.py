@@ -9,6 +9,7 @@ Every subcommand takes --json for machine-readable output on stdout.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from pathlib import Path
 
@@ -143,11 +144,17 @@ def run(args: argparse.Namespace) -> int:
     if args.command in registry.PLAIN:
         return registry.PLAIN[args.command][1](args)
     _, handler, _ = registry.COMMANDS[args.command]
+    collecting = gc.isenabled()
+    if args.command in registry.BATCH:
+        gc.disable()  # reference counting still frees all but cycles: see registry.BATCH
     try:
         args.project_root = None if args.file and not args.project else project(args)
         return handler(args, load(args))
     except DescriptionError as exc:
         return report_invalid(exc, args.json)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def main(argv: list[str] | None = None) -> int:
