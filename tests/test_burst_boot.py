@@ -33,6 +33,8 @@ case "$*" in
   *tags/instance/gpupool:slurm-node*) [ -n "${NODE_TAG+x}" ] || exit 22
     printf '%s' "$NODE_TAG" ;;
   *instance-life-cycle*) echo "${LIFE_CYCLE:-spot}" ;;
+  *local-ipv4*) [ -n "${LOCAL_IPV4+x}" ] || exit 22
+    printf '%s' "$LOCAL_IPV4" ;;
   *) exit 22 ;;
 esac
 """
@@ -62,6 +64,9 @@ printf '%s\n' "systemctl $*" >> "$LOG/commands"
 [[ -n "${MOUNT_DOWN:-}" && "$1" == start && "$2" == *.mount ]] && exit 1
 exit 0
 """
+# What role node_exporter leaves in the image (roles/node_exporter/templates/defaults.j2).
+NODE_EXPORTER_ARGS = ('ARGS="--web.listen-address=0.0.0.0:9100 --collector.textfile.directory='
+                      '/var/lib/prometheus/node-exporter --collector.systemd"\n')
 SCONTROL = r"""#!/bin/bash
 printf '%s\n' "SLURM_CONF=$SLURM_CONF scontrol $*" >> "$LOG/commands"
 """
@@ -92,6 +97,7 @@ def _boot(tmp: Path, script: str, **env: str) -> Boot:
     # The image has /etc/munge and /etc/default (packages installed by the roles).
     for d in (bin_, log, tmp / "etc/munge", tmp / "etc/default"):
         d.mkdir(parents=True, exist_ok=True)
+    (tmp / cloud.NODE_EXPORTER_DEFAULTS.lstrip("/")).write_text(NODE_EXPORTER_ARGS)
     for name, text in {"curl": CURL, "aws": AWS, "systemctl": SYSTEMCTL, "chown": LOGGER,
                        "sleep": LOGGER, "python3": GATE, "scontrol": SCONTROL}.items():
         (bin_ / name).write_text(text)
@@ -139,7 +145,7 @@ def test_a_booted_instance_writes_the_key_and_starts_slurmd_configless(tmp_path:
     desc = loader.load_stack("example", ROOT)
     name, group = next(iter(desc.burst_groups.items()))
     done = _boot(tmp_path, cloud.user_data(desc, name, group), NODE_TAG="prod-h100-burst-3",
-                 MUNGE_B64=KEY_B64, LIFE_CYCLE=life_cycle)
+                 MUNGE_B64=KEY_B64, LIFE_CYCLE=life_cycle, LOCAL_IPV4="10.20.30.40")
     assert done.rc == 0, done.stderr
     key = tmp_path / "etc/munge/munge.key"
     assert key.read_bytes() == KEY
@@ -158,12 +164,16 @@ def test_a_booted_instance_writes_the_key_and_starts_slurmd_configless(tmp_path:
     mounts = [f"systemctl start {u}" for u in cloud.mount_units(desc)]
     assert mounts, "the example declares network tiers"
     assert [c for c in commands if c.startswith("systemctl")] == [
-        "systemctl restart munge", *mounts, "systemctl daemon-reload",
+        "systemctl restart munge", *mounts,
+        f"systemctl enable --now {cloud.NODE_EXPORTER_UNIT}", "systemctl daemon-reload",
         "systemctl enable slurmd", "systemctl restart slurmd", *watcher]
     assert done.log("aws.args").splitlines() == [
         "secretsmanager", "get-secret-value", "--region", group.region,
         "--secret-id", cloud.munge_secret_name(desc), "--query", "SecretBinary",
         "--output", "text", "--cli-connect-timeout", "5", "--cli-read-timeout", "10"]
+    # The node exporter serves on the instance's address, on the image's port.
+    assert (tmp_path / cloud.NODE_EXPORTER_DEFAULTS.lstrip("/")).read_text() == (
+        NODE_EXPORTER_ARGS.replace("0.0.0.0:9100", "10.20.30.40:9100"))
     # IMDSv2: a token first, then the tag with it.
     assert "X-aws-ec2-metadata-token: token" in done.log("curl")
     assert KEY_B64[:40] not in done.stderr  # the key never reaches the log
@@ -283,3 +293,22 @@ def test_a_tier_that_does_not_mount_is_reported_and_left_to_the_gate(tmp_path: P
         assert f"gpupool: {unit} did not mount" in done.stderr
     assert "python3 -m gpupool.gate.boot" in done.log("commands")
     assert "systemctl restart slurmd" not in done.log("commands")
+
+
+@pytest.mark.parametrize("address", [None, "", "10.0.0.1/ -e s/x/y", "1.2.3.4;reboot",
+                                     "10.0.0.1\n10.0.0.2", "fd00::1", "999.1.1.1.1"])
+def test_no_address_or_a_hostile_one_leaves_the_node_exporter_as_the_image_has_it(
+        tmp_path: Path, address: str | None) -> None:
+    """The exporter is bound only to a dotted IPv4 address from the metadata service;
+    anything else is said on stderr and the boot goes on (its metrics are not its
+    admission: the gate is)."""
+    desc = loader.load_stack("example", ROOT)
+    name, group = next(iter(desc.burst_groups.items()))
+    env = {} if address is None else {"LOCAL_IPV4": address}
+    done = _boot(tmp_path, cloud.user_data(desc, name, group), NODE_TAG="prod-h100-burst-3",
+                 MUNGE_B64=KEY_B64, **env)
+    assert done.rc == 0, done.stderr
+    assert "no private address to bind the node exporter to" in done.stderr
+    assert (tmp_path / cloud.NODE_EXPORTER_DEFAULTS.lstrip("/")).read_text() == NODE_EXPORTER_ARGS
+    assert cloud.NODE_EXPORTER_UNIT not in done.log("commands")
+    assert "systemctl restart slurmd" in done.log("commands")

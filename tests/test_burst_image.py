@@ -267,7 +267,8 @@ def test_the_artifact_holds_what_the_playbook_reads() -> None:
     roles = [r["role"] for p in play for r in p.get("roles", [])]
     included = [t["ansible.builtin.include_role"]["name"] for p in play
                 for t in p.get("tasks", []) if "ansible.builtin.include_role" in t]
-    assert roles + included == ["common", "hardening", "storage", "acceptance_gate", "slurm"]
+    assert roles + included == ["common", "hardening", "node_exporter", "storage",
+                                 "acceptance_gate", "slurm"]
     gate = yaml.safe_load((ROOT / "roles/acceptance_gate/defaults/main.yml").read_text())
     assert gate["acceptance_gate_bundle"] == "{{ playbook_dir }}/../" + image.GATE_BUNDLE
 

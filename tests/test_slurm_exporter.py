@@ -5,7 +5,10 @@ runs against the lab's real Slurm in tests/integration/test_monitoring_lab.py.""
 
 from __future__ import annotations
 
+import json
 import re
+import urllib.error
+import urllib.request
 from datetime import datetime
 from pathlib import Path
 
@@ -50,6 +53,16 @@ lab-gpu3|mixed|gpu:l4:4(S:0)|none
 l4-burst-0|idle~|gpu:l4:1|none
 l4-burst-1|drained*|gpu:l4:1|gpupool-gate: fail system.sshd_hardened | and more
 """
+CLOUD = """\
+l4-burst-0|10.231.40.7|idle
+l4-burst-1|l4-burst-1|idle~
+l4-burst-2|10.231.40.9|idle%
+l4-burst-3|10.231.40.10|mixed
+l4-burst-4|fd00::7|allocated
+l4-burst-5|10.0.0.1; reboot|idle
+l4-burst-6|10.231.40.11|idle#
+not a line
+"""
 SACCT = """\
 8|vision|deferred|PREEMPTED|2026-12-01T00:40:00|2026-12-01T00:41:00|2026-12-01T00:59:00
 8|vision|deferred|COMPLETED|2026-12-01T00:59:00|2026-12-01T00:59:30|2026-12-01T01:00:00
@@ -63,7 +76,7 @@ class FakeSlurm:
 
     def __init__(self, **answers: str) -> None:
         self.answers = {"squeue": SQUEUE, "scontrol": SCONTROL, "sinfo": SINFO,
-                        "sacct": SACCT, **answers}
+                        "sacct": SACCT, "cloud": CLOUD, **answers}
         self.calls: list[list[str]] = []
         self.down = False
 
@@ -71,6 +84,8 @@ class FakeSlurm:
         self.calls.append(argv)
         if self.down:
             raise ex.SlurmUnavailable(f"{argv[0]}: Unable to contact slurm controller")
+        if argv == ex.SINFO_CLOUD:
+            return self.answers["cloud"]
         if argv[:3] == ["scontrol", "show", "hostnames"]:
             return {"lab-gpu[1-2]": "lab-gpu1\nlab-gpu2\n"}[argv[3]]
         return self.answers[argv[0]]
@@ -232,3 +247,55 @@ def test_a_record_without_a_state_is_no_finished_run() -> None:
                  "18|nlp|training|COMPLETED|2026-12-01T00:59:00|2026-12-01T00:59:10|"
                  "2026-12-01T01:00:00\n")
     assert dict(finished.counts) == {("nlp", "training", "COMPLETED"): 1}
+
+
+def test_service_discovery_lists_the_powered_up_cloud_nodes_at_their_address() -> None:
+    # Not resumed (the address is still the name), powering down or up, or an address
+    # that is none: not a target.
+    assert ex.parse_cloud_nodes(CLOUD) == {"l4-burst-0": "10.231.40.7",
+                                           "l4-burst-3": "10.231.40.10",
+                                           "l4-burst-4": "fd00::7"}
+    assert ex.sd_targets(ex.parse_cloud_nodes(CLOUD), 9100) == [
+        {"targets": ["10.231.40.7:9100"], "labels": {"node": "l4-burst-0"}},
+        {"targets": ["10.231.40.10:9100"], "labels": {"node": "l4-burst-3"}},
+        {"targets": ["[fd00::7]:9100"], "labels": {"node": "l4-burst-4"}}]
+
+
+@pytest.mark.parametrize("query", ["", "port=", "port=0", "port=65536", "port=9a",
+                                   "port=9100&port=9400", "port=9100&node=x", "port=%0a",
+                                   "port=9100;x", "port=0009100"])
+def test_service_discovery_refuses_any_other_question(query: str) -> None:
+    assert ex.sd_port(query) is None
+
+
+def test_the_exporter_serves_metrics_and_service_discovery_over_http() -> None:
+    slurm, registry = FakeSlurm(), CollectorRegistry()
+    c = collector(slurm)
+    registry.register(c)
+    server = ex.serve(c, "127.0.0.1", 0, registry)
+    base = f"http://127.0.0.1:{server.server_port}"
+
+    def get(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(base + path, timeout=10) as r:  # noqa: S310 - loopback
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    try:
+        status, body = get(ex.SD_PATH + "?port=9100")
+        assert status == 200
+        assert [t["labels"]["node"] for t in json.loads(body)] == [
+            "l4-burst-0", "l4-burst-3", "l4-burst-4"]
+        assert get(ex.SD_PATH + "?port=9100;reboot")[0] == 400
+        status, body = get("/metrics")
+        assert status == 200 and "gpupool_slurm_up 1.0" in body
+        slurm.down = True
+        ex.MIN_INTERVAL_S, saved = 0.0, ex.MIN_INTERVAL_S
+        try:
+            assert get(ex.SD_PATH + "?port=9100")[0] == 503
+        finally:
+            ex.MIN_INTERVAL_S = saved
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -21,6 +21,11 @@ Series (labels):
   idle, ...), power flags dropped: a powered-down burst node is idle with power="off"
 - gpupool_slurm_up, gpupool_exporter_collect_seconds, gpupool_exporter_errors_total{command}
 
+It also tells Prometheus where the burst nodes are (SD_PATH, an HTTP service discovery
+endpoint): no inventory knows a burst node's address, which its instance gets at launch and
+the resume program gives Slurm (NodeAddr); Slurm's cloud nodes that are powered up, at that
+address, are the targets, with their node name as the `node` label on-prem targets carry.
+
     python3 slurm_exporter.py --listen 127.0.0.1:9815     # serve
     python3 slurm_exporter.py --once                      # print one scrape and exit
 """
@@ -28,9 +33,12 @@ Series (labels):
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import json
 import logging
 import math
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -39,8 +47,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from socketserver import ThreadingMixIn
+from typing import Any
+from urllib.parse import parse_qs
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import (
     REGISTRY,
     CounterMetricFamily,
@@ -61,6 +73,9 @@ FINISHED = "CD,F,OOM,NF,PR,TO,CA,DL,BF"  # sacct's codes of final states
 SQUEUE = ["squeue", "-h", "-a", "-t", "PD,R,CG,S,CF", "-o", "%i|%T|%P|%a|%V|%S|%r"]
 SCONTROL_JOBS = ["scontrol", "-d", "show", "job"]
 SINFO = ["sinfo", "-h", "-N", "-o", "%N|%T|%G|%E"]
+# Cloud nodes with the address Slurm reaches them at (the node name until one is given).
+SINFO_CLOUD = ["sinfo", "-h", "-N", "-t", "CLOUD", "-o", "%N|%o|%T"]
+SD_PATH = "/sd/cloud-nodes"  # ?port=N: Prometheus http_sd targets, that port on each
 # -D: every run of a requeued job, so a preemption is counted as well as the final state.
 SACCT = ["sacct", "-a", "-X", "-D", "-n", "-P", "-o",
          "JobID,Account,Partition,State,Eligible,Start,End"]
@@ -184,6 +199,40 @@ def parse_sinfo(text: str) -> dict[str, Node]:
     return nodes
 
 
+def parse_cloud_nodes(text: str) -> dict[str, str]:
+    """Node name -> address of the cloud nodes that are powered up and have an address:
+    one that is still its name has not been resumed (or is powered down again)."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) != 3 or base_state(parts[2])[1] != "on":
+            continue
+        try:
+            address = ipaddress.ip_address(parts[1].strip())
+        except ValueError:
+            continue
+        found[parts[0].strip()] = str(address)
+    return found
+
+
+def sd_targets(nodes: dict[str, str], port: int) -> list[dict[str, Any]]:
+    """Prometheus http_sd's answer: each node's port, labelled with the node's name."""
+    return [{"targets": [f"[{a}]:{port}" if ":" in a else f"{a}:{port}"],
+             "labels": {"node": name}} for name, a in sorted(nodes.items())]
+
+
+def sd_port(query: str) -> int | None:
+    """The one port a service-discovery request asks for, or None for any other query."""
+    try:
+        asked = parse_qs(query, strict_parsing=True, max_num_fields=4)
+    except ValueError:
+        return None
+    ports = asked.get("port", [])
+    if set(asked) != {"port"} or len(ports) != 1 or not re.fullmatch(r"[0-9]{1,5}", ports[0]):
+        return None
+    return int(ports[0]) if 0 < int(ports[0]) < 65536 else None
+
+
 @dataclass
 class Finished:
     """sacct's records of finished jobs, each counted once across scrapes: the cursor is the
@@ -239,6 +288,16 @@ class SlurmCollector:
         self.hostnames: dict[str, list[str]] = {}
         self.lock = threading.Lock()
         self.last: tuple[float, list[Metric]] = (-math.inf, [])
+        self.cloud_last: tuple[float, dict[str, str]] = (-math.inf, {})
+
+    def cloud_nodes(self) -> dict[str, str]:
+        """parse_cloud_nodes of Slurm's answer, at most once per MIN_INTERVAL_S; raises
+        SlurmUnavailable when Slurm does not answer."""
+        with self.lock:
+            now = time.monotonic()
+            if now - self.cloud_last[0] >= MIN_INTERVAL_S:
+                self.cloud_last = (now, parse_cloud_nodes(self._call(SINFO_CLOUD)))
+            return self.cloud_last[1]
 
     def collect(self) -> Iterator[Metric]:
         with self.lock:
@@ -360,6 +419,55 @@ class SlurmCollector:
         return state
 
 
+def wsgi_app(collector: SlurmCollector, registry: CollectorRegistry
+             ) -> Callable[..., Iterable[bytes]]:
+    """The registry's metrics on every path (as prometheus_client serves them), and the
+    burst nodes' targets (from collector) on SD_PATH."""
+    metrics = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != SD_PATH:
+            return metrics(environ, start_response)
+        port = sd_port(environ.get("QUERY_STRING", ""))
+        if port is None:
+            status, body = "400 Bad Request", b"ask for ?port=N (1-65535)\n"
+        else:
+            try:
+                status = "200 OK"
+                body = json.dumps(sd_targets(collector.cloud_nodes(), port)).encode()
+            except SlurmUnavailable as exc:  # Prometheus keeps the targets it last had
+                log.error("service discovery failed: %s", exc)
+                status, body = "503 Service Unavailable", b"Slurm did not answer\n"
+        start_response(status, [("Content-Type", "application/json" if status == "200 OK"
+                                 else "text/plain"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    return app
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a scrape in flight never holds the service's stop
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # the base's parameter names
+        """One line per scrape would fill the journal."""
+
+
+def serve(collector: SlurmCollector, host: str, port: int,
+          registry: CollectorRegistry = REGISTRY) -> WSGIServer:
+    """Serve wsgi_app on host:port, on a thread, until the server is shut down or the
+    process stops (port 0: any free one; server.server_port says which)."""
+    server = make_server(host, port, wsgi_app(collector, registry),
+                         _Server6 if ":" in host else _Server, _Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--listen", default="127.0.0.1:9815", help="ADDRESS:PORT to serve on")
@@ -368,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     collector = SlurmCollector()
     if args.once:
-        from prometheus_client import CollectorRegistry, generate_latest  # noqa: PLC0415
+        from prometheus_client import generate_latest  # noqa: PLC0415
         registry = CollectorRegistry()
         registry.register(collector)
         sys.stdout.write(generate_latest(registry).decode())
@@ -377,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     if not port.isdigit():
         p.error(f"--listen wants ADDRESS:PORT, not {args.listen!r}")
     REGISTRY.register(collector)
-    start_http_server(int(port), addr=address.strip("[]") or "127.0.0.1")
+    serve(collector, address.strip("[]") or "127.0.0.1", int(port))
     log.info("serving the scheduler's metrics on %s", args.listen)
     threading.Event().wait()  # serve until systemd stops the service
     return 0

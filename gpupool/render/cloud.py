@@ -514,6 +514,9 @@ CLIENT_CONF = "/run/gpupool/slurm-client.conf"
 BOOT_ATTEMPTS, BOOT_RETRY_S = 10, 6
 # Bounds the start of one network tier's mount at boot: its unit's own TimeoutSec (60 s,
 # role storage's net.mount.j2) and systemd's start-up of it.
+# Role node_exporter's on Debian (roles/node_exporter/vars/Debian.yml).
+NODE_EXPORTER_UNIT = "prometheus-node-exporter"
+NODE_EXPORTER_DEFAULTS = "/etc/default/prometheus-node-exporter"
 MOUNT_TIMEOUT_S = 75
 
 
@@ -726,6 +729,18 @@ def _join_slurm(desc: Description, group: BurstGroup) -> list[str]:
         # MOUNT_TIMEOUT_S, so the gate below finds them mounted or fails the node for it.
         *(f"timeout {MOUNT_TIMEOUT_S} systemctl start {q(unit)} || "
           f"echo {q(f'gpupool: {unit} did not mount')} >&2" for unit in mount_units(desc)),
+        # The node exporter is in the image, disabled: role node_exporter binds it to a
+        # node's declared address, and a burst node has only the one its instance got.
+        # Bound there, Prometheus finds it through Slurm (roles/monitoring: the scheduler
+        # exporter's service discovery lists the cloud nodes that are up at their NodeAddr).
+        r'if addr=$(imds local-ipv4) && [[ $addr =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}$ ]]; then',
+        r'  sed -i -E "s/--web[.]listen-address=[^ \"]*:([0-9]+)/--web.listen-address=$addr:\1/" '
+        + q(NODE_EXPORTER_DEFAULTS),
+        f"  systemctl enable --now {NODE_EXPORTER_UNIT} || "
+        "echo 'gpupool: the node exporter did not start' >&2",
+        "else",
+        "  echo 'gpupool: no private address to bind the node exporter to' >&2",
+        "fi",
         # The acceptance gate's quick tier before slurmd can take any work (gate/boot.py).
         # A node that does not pass reports itself powered down and drained with the
         # failed checks, so Slurm requeues its job elsewhere and the suspend program

@@ -49,6 +49,9 @@ CLASSES = {c.name: c for c in slurm.class_policies(DESC)}
 TOP, *_, LOW = list(CLASSES)  # interactive ... deferred
 MID = next(c for c in CLASSES if c not in (TOP, LOW))  # training
 GPUS_PER_NODE = next(n.gpus for n in slurm.nodes(DESC))
+# Prometheus' service discovery refresh and scrape interval (15 s each in the lab) with
+# room: how long a burst node's job runs, and the bound on waiting for its scrape.
+SCRAPE_WAIT_S = 60
 
 # A deferred job that checkpoints on SIGTERM and, when the signal is a preemption
 # (PreemptTime set), hands itself back to the queue: the contract for preemptible work,
@@ -490,6 +493,20 @@ def scontrol_update(cluster: Slurm) -> Callable[..., None]:
     return lambda *args: cluster.sh("scontrol update " + " ".join(map(shlex.quote, args)))
 
 
+def _scraped(cluster: Slurm, node: str, address: str) -> str:
+    """The health Prometheus (on the controller) reports for its `node` job's target on
+    node at address ("" when it has none): the target comes from the scheduler exporter's
+    service discovery (roles/monitoring), never from an inventory."""
+    ctl = DESC.nodes[CTL].addresses["management"]
+    url = f"http://{ctl}:9090/api/v1/targets?state=active"
+    answer = json.loads(cluster.sh(
+        f"python3 -c 'import urllib.request; print(urllib.request.urlopen("
+        f"\"{url}\", timeout=10).read().decode())'"))
+    return next((t["health"] for t in answer["data"]["activeTargets"]
+                 if t["labels"].get("job") == "node" and t["labels"].get("node") == node
+                 and t["scrapeUrl"].startswith(f"http://{address}:")), "")
+
+
 def on_host(node: str, command: str) -> str:
     """A command's output on a burst host (empty when the host is gone)."""
     return lab_mod.podman("exec", burst_hosts.host_name(DESC, node), "sh", "-c", command,
@@ -545,7 +562,8 @@ def test_burst_instance_boots_into_the_pool_runs_the_job_and_is_terminated(clust
                            "-C onprem", work=180) for _ in range(3)]
     wait_for("the pool full", lambda: all(cluster.state(j) == "RUNNING" for j in full), 30)
     t0 = time.monotonic()
-    job = cluster.sbatch(f"-p {LOW}", f"-A {TEAMS[1]}", f"--gpus={GPUS_PER_NODE}", work=5)
+    job = cluster.sbatch(f"-p {LOW}", f"-A {TEAMS[1]}", f"--gpus={GPUS_PER_NODE}",
+                         work=SCRAPE_WAIT_S)
     aws_lab.capacity.short = {first: localaws.ICE}
     try:
         node, (launched,) = aws_lab.resume_requested(cluster)
@@ -563,7 +581,12 @@ def test_burst_instance_boots_into_the_pool_runs_the_job_and_is_terminated(clust
         wait_for("the job running on the burst host",
                  lambda: cluster.state(job) in ("RUNNING", "COMPLETED"), 240)
         cluster.figures["burst_boot_to_job_running_s"] = round(time.monotonic() - t1, 1)
-        wait_for("the job done", lambda: cluster.state(job) == "COMPLETED", 60)
+        # While the job runs (an idle node is soon suspended): Prometheus scrapes the
+        # node's exporter at the instance's address, found through Slurm.
+        address = instance["PrivateIpAddress"]
+        wait_for("Prometheus scraping the burst node",
+                 lambda: _scraped(cluster, node, address) == "up", SCRAPE_WAIT_S)
+        wait_for("the job done", lambda: cluster.state(job) == "COMPLETED", SCRAPE_WAIT_S)
     except lab_mod.LabError as e:
         raise AssertionError(f"{e}\n{_boot_failure(node, cluster)}") from e
     cluster.figures["burst_resume_to_job_done_s"] = round(time.monotonic() - t0, 1)
