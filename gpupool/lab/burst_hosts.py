@@ -27,8 +27,8 @@ the security groups the Pulumi program declares from the flows (infra/network.py
 node and DCGM exporters are disabled in the image too: the roles bind them to a host's
 declared management address, which a burst node does not have. The boot binds the node
 exporter to the instance's address and starts it (cloud.user_data); the DCGM exporter
-stays off (left: the same at boot). Nothing here is EC2; no cloud behaviour follows from it beyond what moto and the
-fixtures do.
+stays off (left: the same at boot). Nothing here is EC2; no cloud behaviour follows from
+it beyond what moto and the fixtures do.
 """
 
 from __future__ import annotations
