@@ -30,18 +30,24 @@ lab-down: bootstrap
 
 ## The whole test suite: lint, unit and integration tests.
 test: bootstrap
-	@# Lint and the unit tests run beside the integration tests, niced, on the CPU the lab's
-	@# waits leave idle; their report follows the integration tests' (one shared lab, in
-	@# order). Exit 5 (nothing collected: PYTEST_ARGS picked only one kind) is no failure.
-	mkdir -p .cache && rm -f .cache/lint.rc .cache/unit-tests.rc
+	@# Lint, the unit tests, then the unit tests again on CPython 3.13 (newer_python) run
+	@# beside the integration tests, niced, on the CPU the lab's waits leave idle; their
+	@# report follows the integration tests' (one shared lab, in order). Exit 5 (nothing
+	@# collected: PYTEST_ARGS picked only one kind) is no failure.
+	mkdir -p .cache && rm -f .cache/lint.rc .cache/unit-tests.rc .cache/newer-python.rc
 	(rc=0; (nice -n 10 bash -c '$(LINT)') > .cache/lint.log 2>&1 || rc=$$?; \
 	  echo $$rc > .cache/lint.rc; rc=0; nice -n 10 $(VENV)/pytest -m "not integration" \
-	  $(PYTEST_ARGS) > .cache/unit-tests.log 2>&1 || rc=$$?; echo $$rc > .cache/unit-tests.rc) & \
-	rc=0; $(VENV)/pytest -m integration --durations=30 $(PYTEST_ARGS) || rc=$$?; \
-	wait; cat .cache/lint.log .cache/unit-tests.log; \
+	  $(PYTEST_ARGS) > .cache/unit-tests.log 2>&1 || rc=$$?; echo $$rc > .cache/unit-tests.rc; \
+	  rc=0; (scripts/wheelhouse.sh 3.13 && nice -n 10 $(VENV)/pytest -m newer_python \
+	  $(PYTEST_ARGS)) > .cache/newer-python.log 2>&1 || rc=$$?; \
+	  echo $$rc > .cache/newer-python.rc) & \
+	rc=0; $(VENV)/pytest -m "integration and not newer_python" --durations=30 $(PYTEST_ARGS) \
+	  || rc=$$?; \
+	wait; cat .cache/lint.log .cache/unit-tests.log .cache/newer-python.log; \
 	lint=$$(cat .cache/lint.rc); unit=$$(cat .cache/unit-tests.rc); \
+	newer=$$(cat .cache/newer-python.rc); \
 	[ "$$lint" = 0 ] || { echo "lint failed (exit $$lint)"; exit 1; }; \
-	for r in $$rc $$unit; do [ "$$r" = 0 ] || [ "$$r" = 5 ] || exit 1; done
+	for r in $$rc $$unit $$newer; do [ "$$r" = 0 ] || [ "$$r" = 5 ] || exit 1; done
 
 lint: bootstrap
 	$(LINT)
@@ -50,6 +56,7 @@ unit: bootstrap
 	$(VENV)/pytest -m "not integration" $(PYTEST_ARGS)
 
 integration: bootstrap
+	scripts/wheelhouse.sh 3.13
 	$(VENV)/pytest -m integration $(PYTEST_ARGS)
 
 bench: bootstrap

@@ -19,6 +19,10 @@ from gpupool.spec import loader
 from gpupool.spec.model import Description
 
 ROOT = Path(__file__).resolve().parent.parent
+# The environment running the tests (the checkout's .venv, or tests/integration/
+# test_newer_python.py's): its tools, and gpupool run as a module of it.
+BIN = Path(sys.executable).parent
+GPUPOOL = (sys.executable, "-m", "gpupool")
 
 
 class BesideTheRepository(RuntimeError):

@@ -16,13 +16,11 @@ from gpupool import cli
 from gpupool.render import ansible_yaml, inventory
 from gpupool.spec import loader
 from gpupool.spec.errors import DescriptionError
-from tests.conftest import ROOT, raw_stack
-
-VENV_BIN = Path(ROOT / ".venv" / "bin")
+from tests.conftest import BIN, ROOT, raw_stack
 
 
 def _graph(inv: Path) -> str:
-    return subprocess.run([VENV_BIN / "ansible-inventory", "-i", str(inv), "--graph"],
+    return subprocess.run([BIN / "ansible-inventory", "-i", str(inv), "--graph"],
                           check=True, capture_output=True, text=True).stdout
 
 
@@ -37,7 +35,7 @@ def _plain(value: Any) -> Any:
 
 def _list(inv: Path) -> dict:
     return _plain(json.loads(subprocess.run(
-        [VENV_BIN / "ansible-inventory", "-i", str(inv), "--list"],
+        [BIN / "ansible-inventory", "-i", str(inv), "--list"],
         check=True, capture_output=True, text=True).stdout))
 
 
@@ -52,14 +50,14 @@ def test_ansible_never_evaluates_a_value_from_the_description(tmp_path: Path) ->
     inv = tmp_path / "inventory.yml"
     inv.write_text(ansible_yaml.dump(inventory.build(desc)))
     out = subprocess.run(
-        [VENV_BIN / "ansible", "-i", str(inv), name, "-c", "local", "-m", "debug",
+        [BIN / "ansible", "-i", str(inv), name, "-c", "local", "-m", "debug",
          "-a", f"msg={{{{ gpupool_task_classes['{klass}'].description }}}}",
-         "-e", f"ansible_python_interpreter={VENV_BIN / 'python'}"],
+         "-e", f"ansible_python_interpreter={BIN / 'python'}"],
         check=True, capture_output=True, text=True, cwd=tmp_path).stdout
     assert json.loads(out.split("=>", 1)[1])["msg"] == hostile
     # The connection variables stay plain strings for the tools that read them (testinfra).
     assert isinstance(json.loads(subprocess.run(
-        [VENV_BIN / "ansible-inventory", "-i", str(inv), "--host", name], check=True,
+        [BIN / "ansible-inventory", "-i", str(inv), "--host", name], check=True,
         capture_output=True, text=True).stdout)["ansible_host"], str)
     raw = raw_stack("lab")
     klass = next(iter(raw["node_classes"]))

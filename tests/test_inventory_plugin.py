@@ -17,9 +17,9 @@ from pydantic import ValidationError
 from gpupool import cli
 from gpupool.spec import connection, loader
 from gpupool.spec.errors import DescriptionError
-from tests.conftest import ROOT
+from tests.conftest import BIN, ROOT
 
-ANSIBLE_INVENTORY = ROOT / ".venv" / "bin" / "ansible-inventory"
+ANSIBLE_INVENTORY = BIN / "ansible-inventory"
 
 
 def _run(args: list[str], cwd: Path, config: Path | None = ROOT / "ansible.cfg"

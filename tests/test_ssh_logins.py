@@ -15,10 +15,9 @@ import yaml
 
 from gpupool.render import inventory
 from gpupool.spec import loader
-from tests.conftest import ROOT
+from tests.conftest import BIN, ROOT
 
 pytest.importorskip("ansible")
-VENV_BIN = ROOT / ".venv" / "bin"
 LAB = loader.load_stack("lab", ROOT)
 TEAMS = sorted(f"team-{t}" for t in LAB.teams)
 OPERATORS = ["gpupool-admin", "gpupool-oncall"]
@@ -42,10 +41,10 @@ def logins(tmp_path: Path, roles: list[str], **extra: object) -> subprocess.Comp
     # such strings !unsafe).
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
     proc = subprocess.run(
-        [VENV_BIN / "ansible-playbook", "-c", "local", "-i", "localhost,", "play.yml",
-         "-e", f"ansible_python_interpreter={VENV_BIN / 'python'}"],
+        [BIN / "ansible-playbook", "-c", "local", "-i", "localhost,", "play.yml",
+         "-e", f"ansible_python_interpreter={BIN / 'python'}"],
         capture_output=True, text=True, cwd=tmp_path, timeout=300, check=False,
-        env={"ANSIBLE_ROLES_PATH": str(ROOT / "roles"), "PATH": str(VENV_BIN) + ":/usr/bin:/bin",
+        env={"ANSIBLE_ROLES_PATH": str(ROOT / "roles"), "PATH": str(BIN) + ":/usr/bin:/bin",
              "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"), "HOME": str(tmp_path)})
     if proc.returncode == 0:
         proc.stdout = out.read_text()

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from gpupool.lab import mirror
 from gpupool.paths import PROJECT_ROOT
@@ -184,17 +184,34 @@ def cache_dir() -> Path:
     return Path(os.environ.get("GPUPOOL_CACHE", PROJECT_ROOT / ".cache"))
 
 
-def image_hash() -> str:
-    recipe = json.dumps([SUITE, MIRROR, sorted(IMAGE_PACKAGES), CUSTOMIZE])
-    return hashlib.sha256(recipe.encode()).hexdigest()[:16]
+class Recipe(NamedTuple):
+    """A debootstrapped image: its name, Debian suite and packages, and the script run in
+    its root to finish it."""
+
+    name: str
+    suite: str
+    packages: tuple[str, ...]
+    customize: str
 
 
-def image_ref() -> str:
-    return f"localhost/gpupool-base:{image_hash()}"
+def base_recipe() -> Recipe:
+    """The lab hosts' image."""
+    return Recipe("gpupool-base", SUITE, IMAGE_PACKAGES, CUSTOMIZE)
 
 
-def image_tarball() -> Path:
-    return cache_dir() / "lab-image" / f"gpupool-base-{image_hash()}.tar.gz"
+def image_hash(recipe: Recipe | None = None) -> str:
+    r = recipe or base_recipe()
+    data = json.dumps([r.suite, MIRROR, sorted(r.packages), r.customize])
+    return hashlib.sha256(data.encode()).hexdigest()[:16]
+
+
+def image_ref(recipe: Recipe | None = None) -> str:
+    return f"localhost/{(recipe or base_recipe()).name}:{image_hash(recipe)}"
+
+
+def image_tarball(recipe: Recipe | None = None) -> Path:
+    name = (recipe or base_recipe()).name
+    return cache_dir() / "lab-image" / f"{name}-{image_hash(recipe)}.tar.gz"
 
 
 def labels(desc: Description) -> list[str]:
@@ -285,36 +302,38 @@ def wait_for(what: str, probe: Callable[[], T], timeout: float) -> T:
 
 # -- the image ---------------------------------------------------------------------------
 
-def build_image(report: Report) -> str:
-    """The base image: present in podman, else imported from the cached tarball, else built."""
-    ref = image_ref()
+def build_image(report: Report, recipe: Recipe | None = None) -> str:
+    """An image (the lab hosts' unless recipe names another): present in podman, else
+    imported from the cached tarball, else built."""
+    r = recipe or base_recipe()
+    ref = image_ref(r)
     if podman("image", "exists", ref, check=False).returncode == 0:
         return ref
-    tarball = image_tarball()
+    tarball = image_tarball(r)
     if not tarball.exists():
         report(f"building image {ref} with debootstrap (cold: about a minute)")
         tarball.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=tarball.parent, prefix="rootfs-") as tmp:
             rootfs = Path(tmp) / "rootfs"
-            _run(["debootstrap", "--variant=minbase", f"--include={','.join(IMAGE_PACKAGES)}",
-                  SUITE, str(rootfs), MIRROR], timeout=900)
-            _run(["chroot", str(rootfs), "/bin/sh", "-c", CUSTOMIZE])
+            _run(["debootstrap", "--variant=minbase", f"--include={','.join(r.packages)}",
+                  r.suite, str(rootfs), MIRROR], timeout=900)
+            _run(["chroot", str(rootfs), "/bin/sh", "-c", r.customize])
             partial = tarball.with_suffix(".partial")
             _run(["sh", "-c", f'tar -C "{rootfs}" --numeric-owner -cf - . | gzip -1 > "{partial}"'])
             partial.rename(tarball)
-    _prune_stale_images(ref, tarball, report)
+    _prune_stale_images(r.name, ref, tarball, report)
     report(f"importing {tarball.name}")
     podman("import", "--change", 'CMD ["/sbin/init"]', "--change", "STOPSIGNAL=SIGRTMIN+3",
            str(tarball), ref, timeout=600)
     return ref
 
 
-def _prune_stale_images(ref: str, tarball: Path, report: Report) -> None:
+def _prune_stale_images(name: str, ref: str, tarball: Path, report: Report) -> None:
     """Images and tarballs of older recipes are dead weight (240 MB each): drop them."""
-    for old in tarball.parent.glob("gpupool-base-*.tar.gz"):
+    for old in tarball.parent.glob(f"{name}-*.tar.gz"):
         if old != tarball:
             old.unlink()
-    proc = podman("images", "--format", "{{.Repository}}:{{.Tag}}", "localhost/gpupool-base")
+    proc = podman("images", "--format", "{{.Repository}}:{{.Tag}}", f"localhost/{name}")
     stale = [i for i in proc.stdout.split() if i != ref]
     if stale:
         report(f"removing stale images {', '.join(stale)}")

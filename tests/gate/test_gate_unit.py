@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,9 @@ from gpupool.gate.nvidia import (
 from gpupool.gate.plugin import verdict
 from gpupool.render import inventory
 from gpupool.spec import loader
-from tests.conftest import ROOT, mutate, raw_stack
+from tests.conftest import GPUPOOL, ROOT, mutate, raw_stack
 
 FIXTURES = Path(__file__).parent / "fixtures"
-GPUPOOL = ROOT / ".venv" / "bin" / "gpupool"
 
 
 def test_parse_query_fixture() -> None:
@@ -58,8 +58,8 @@ def test_gate_command_needs_only_the_gate_packages() -> None:
             "heavy = {'pulumi', 'matplotlib', 'boto3', 'ansible', 'jsonschema'} "
             "& set(sys.modules); "
             "assert not heavy, heavy; assert 'gate' in cli.COMMANDS")
-    subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-c", code], check=True, cwd=ROOT)
-    help_ = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "gpupool", "--help"],
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+    help_ = subprocess.run([*GPUPOOL, "--help"],
                            check=True, cwd=ROOT, capture_output=True, text=True).stdout
     assert all(c in help_ for c in ("gate", "plan", "audit", "lab", "replay"))
 
@@ -136,7 +136,7 @@ def test_expectations_come_from_the_description() -> None:
 
 
 def _gate_local(description: Path, node: str, out: Path) -> tuple[int, dict]:
-    proc = subprocess.run([GPUPOOL, "gate", node, "--local", "--file", str(description),
+    proc = subprocess.run([*GPUPOOL, "gate", node, "--local", "--file", str(description),
                            "--suite", "gpu", "--out", str(out), "--json"],
                           capture_output=True, text=True, timeout=120, check=False)
     return proc.returncode, json.loads(proc.stdout)[0]
@@ -162,7 +162,7 @@ def test_gpu_node_without_driver_fails_in_production(tmp_path: Path) -> None:
 
 
 def _software_expectations(*args: str, out: Path) -> tuple[int, dict[str, str], str]:
-    proc = subprocess.run([GPUPOOL, "gate", "lab-gpu1", "--local", "--stack", "lab",
+    proc = subprocess.run([*GPUPOOL, "gate", "lab-gpu1", "--local", "--stack", "lab",
                            "--suite", "software", "--out", str(out), "--json", *args],
                           capture_output=True, text=True, timeout=120, check=False, cwd=ROOT)
     if proc.returncode == 2:
@@ -202,7 +202,7 @@ def test_gate_lock_refuses_what_is_not_a_component_version(tmp_path: Path, lock:
 
 
 def test_a_misspelt_suite_is_refused_not_an_empty_pass(tmp_path: Path) -> None:
-    proc = subprocess.run([GPUPOOL, "gate", "lab-gpu1", "--local", "--stack", "lab",
+    proc = subprocess.run([*GPUPOOL, "gate", "lab-gpu1", "--local", "--stack", "lab",
                            "--suite", "sytem", "--out", str(tmp_path)], capture_output=True,
                           text=True, timeout=60, check=False, cwd=ROOT)
     assert proc.returncode == 2 and "invalid choice: 'sytem'" in proc.stderr, proc.stderr

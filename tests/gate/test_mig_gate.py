@@ -18,10 +18,9 @@ import yaml
 from gpupool.gate.expect import node_expect
 from gpupool.gate.nvidia import mig_counts, parse_gpu_instances, parse_mig_list
 from gpupool.spec import loader
-from tests.conftest import ROOT, mutate, raw_stack
+from tests.conftest import GPUPOOL, ROOT, mutate, raw_stack
 
 FIXTURES = Path(__file__).parent / "fixtures"
-GPUPOOL = ROOT / ".venv" / "bin" / "gpupool"
 LAYOUT = {"1g.10gb": 1, "2g.20gb": 1, "3g.40gb": 1}
 MIG_LAB = [{"set": "node_classes.lab-l4.gpu",
             "value": {"model": "a100", "count": 4, "memory_gib": 80, "mig_strategy": "mixed",
@@ -60,7 +59,7 @@ def test_expected_layout_comes_from_the_class() -> None:
 def test_mig_check_skips_without_a_gpu(tmp_path: Path) -> None:
     src = tmp_path / "mig-lab.yaml"
     src.write_text(yaml.safe_dump(mutate(raw_stack("lab"), MIG_LAB)))
-    proc = subprocess.run([GPUPOOL, "gate", "lab-gpu1", "--local", "--file", str(src),
+    proc = subprocess.run([*GPUPOOL, "gate", "lab-gpu1", "--local", "--file", str(src),
                            "--suite", "gpu", "--out", str(tmp_path / "out"), "--json"],
                           capture_output=True, text=True, timeout=120, check=False)
     report = json.loads(proc.stdout)[0]
