@@ -65,8 +65,11 @@ sys.addaudithook(_refuse_reads_beside_the_repository)
 
 # The suite measures as it proves (the Slurm proofs, the drills, the gate); its figures go
 # under .cache/figures/, leaving the committed bench/results/ to benchmark runs
-# (`python -m bench` sets this to bench/results/ for the tests it runs).
-os.environ.setdefault("GPUPOOL_FIGURES_DIR", str(ROOT / ".cache" / "figures"))
+# (`python -m bench` sets this to bench/results/ for the tests it runs). Only under pytest
+# (which sets PYTEST_VERSION): bench.onboard imports the suite's helpers, and its figures
+# went to .cache/figures/ instead of bench/results/.
+if os.environ.get("PYTEST_VERSION"):
+    os.environ.setdefault("GPUPOOL_FIGURES_DIR", str(ROOT / ".cache" / "figures"))
 
 
 # The suite's own lab: the `lab` stack under another pool name and 10 higher in the second
