@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV := .venv/bin
 STACK ?= lab
 PYTEST_ARGS ?=
-LINT := $(VENV)/ruff check gpupool tests infra policies bench inventory_plugins \
+LINT := $(VENV)/ruff check gpupool tests infra policies bench inventory_plugins scripts \
   && $(VENV)/yamllint -s . && $(VENV)/ansible-lint
 
 .PHONY: bootstrap lab lab-down test lint unit integration bench burst-image-artifact clean
@@ -30,20 +30,16 @@ lab-down: bootstrap
 
 ## The whole test suite: lint, unit and integration tests.
 test: bootstrap
-	@# Lint, the unit tests, then the unit tests again on CPython 3.13 (newer_python) run
-	@# beside the integration tests, niced, on the CPU the lab's waits leave idle; their
-	@# report follows the integration tests' (one shared lab, in order). Exit 5 (nothing
-	@# collected: PYTEST_ARGS picked only one kind) is no failure.
+	@# The integration tests on one shared lab and, beside them, lint and the unit tests
+	@# (scripts/unit_lane.sh: on the CPU the lab leaves idle); the lane's report follows the
+	@# integration tests'. Exit 5 (nothing collected: PYTEST_ARGS picked only one kind) is
+	@# no failure.
 	mkdir -p .cache && rm -f .cache/lint.rc .cache/unit-tests.rc .cache/newer-python.rc
-	(rc=0; (nice -n 10 bash -c '$(LINT)') > .cache/lint.log 2>&1 || rc=$$?; \
-	  echo $$rc > .cache/lint.rc; rc=0; nice -n 10 $(VENV)/pytest -m "not integration" \
-	  $(PYTEST_ARGS) > .cache/unit-tests.log 2>&1 || rc=$$?; echo $$rc > .cache/unit-tests.rc; \
-	  rc=0; (scripts/wheelhouse.sh 3.13 && nice -n 10 $(VENV)/pytest -m newer_python \
-	  $(PYTEST_ARGS)) > .cache/newer-python.log 2>&1 || rc=$$?; \
-	  echo $$rc > .cache/newer-python.rc) & \
-	rc=0; $(VENV)/pytest -m "integration and not newer_python" --durations=30 $(PYTEST_ARGS) \
+	LINT='$(LINT)' setsid -w scripts/unit_lane.sh $(PYTEST_ARGS) & lane=$$!; \
+	trap 'kill -- -$$lane 2>/dev/null; exit 130' INT TERM; \
+	rc=0; $(VENV)/pytest -m "integration and not newer_python" --durations=60 $(PYTEST_ARGS) \
 	  || rc=$$?; \
-	wait; cat .cache/lint.log .cache/unit-tests.log .cache/newer-python.log; \
+	wait $$lane || true; cat .cache/lint.log .cache/unit-tests.log .cache/newer-python.log; \
 	lint=$$(cat .cache/lint.rc); unit=$$(cat .cache/unit-tests.rc); \
 	newer=$$(cat .cache/newer-python.rc); \
 	[ "$$lint" = 0 ] || { echo "lint failed (exit $$lint)"; exit 1; }; \
