@@ -5,12 +5,15 @@ repository: what the project reads must be in it); and the folder the suite's fi
 from __future__ import annotations
 
 import copy
+import json
 import os
+import shlex
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pytest
 import yaml
 
@@ -34,6 +37,17 @@ class BesideTheRepository(RuntimeError):
 # own subtree.
 _ALLOWED = tuple(str(Path(p).resolve()) for p in (
     sys.prefix, sys.base_prefix, tempfile.gettempdir(), Path.home()))
+
+
+def render_role_template(role: str, name: str, **variables: object) -> str:
+    """A role's template rendered as Ansible's template module does (trim_blocks), with the
+    filters the templates use that Jinja lacks, for templates that need no other."""
+    env = jinja2.Environment(  # YAML, units, shell: no HTML escaping  # noqa: S701
+        loader=jinja2.FileSystemLoader(ROOT / "roles" / role / "templates"),
+        trim_blocks=True, undefined=jinja2.StrictUndefined)
+    env.filters["quote"] = shlex.quote
+    env.filters["to_json"] = json.dumps
+    return env.get_template(name).render(ansible_managed="test", **variables)
 
 
 def beside_repository(path: str | os.PathLike[str]) -> bool:

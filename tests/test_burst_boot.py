@@ -121,6 +121,27 @@ def test_the_tag_key_the_controller_port_and_the_watcher_agree_with_their_owners
     assert f"dest: /etc/systemd/system/{cloud.SPOT_WATCH_UNIT.format('')}\n" in compute
 
 
+def test_the_boot_rebinds_the_exporters_the_image_has() -> None:
+    """The unit and file the user-data edits are role node_exporter's on Debian, the
+    fixture's ARGS line is the role's template with the image's values, and role dcgm's
+    unit reads the listen host the boot's drop-in sets."""
+    debian = yaml.safe_load((ROOT / "roles/node_exporter/vars/Debian.yml").read_text())
+    assert (debian["node_exporter_service"], debian["node_exporter_defaults_file"]) == (
+        cloud.NODE_EXPORTER_UNIT, cloud.NODE_EXPORTER_DEFAULTS)
+    template = (ROOT / "roles/node_exporter/templates/defaults.j2").read_text()
+    (line,) = [t for t in template.splitlines() if t.startswith("ARGS=")]
+    for name, value in {"node_exporter_address": "0.0.0.0",  # noqa: S104 (the image's)
+                        "node_exporter_port": "9100",
+                        "node_exporter_textfile_dir": "/var/lib/prometheus/node-exporter",
+                        "node_exporter_extra_args | join(' ')": "--collector.systemd"}.items():
+        line = line.replace("{{ " + name + " }}", value)
+    assert line + "\n" == NODE_EXPORTER_ARGS
+    unit = (ROOT / "roles/dcgm/templates/dcgm-exporter.service.j2").read_text()
+    assert "--address ${DCGM_EXPORTER_HOST}:" in unit
+    assert f"dest: /etc/systemd/system/{cloud.DCGM_EXPORTER_UNIT}.service," in (
+        ROOT / "roles/dcgm/tasks/main.yml").read_text()
+
+
 @pytest.mark.parametrize(("desc", "name", "group"), _stacks(),
                          ids=lambda v: v if isinstance(v, str) else "")
 def test_user_data_is_valid_bash_and_keeps_the_facts(desc: Description, name: str,
@@ -166,14 +187,17 @@ def test_a_booted_instance_writes_the_key_and_starts_slurmd_configless(tmp_path:
     assert [c for c in commands if c.startswith("systemctl")] == [
         "systemctl restart munge", *mounts,
         f"systemctl enable --now {cloud.NODE_EXPORTER_UNIT}", "systemctl daemon-reload",
+        f"systemctl enable --now {cloud.DCGM_EXPORTER_UNIT}", "systemctl daemon-reload",
         "systemctl enable slurmd", "systemctl restart slurmd", *watcher]
     assert done.log("aws.args").splitlines() == [
         "secretsmanager", "get-secret-value", "--region", group.region,
         "--secret-id", cloud.munge_secret_name(desc), "--query", "SecretBinary",
         "--output", "text", "--cli-connect-timeout", "5", "--cli-read-timeout", "10"]
-    # The node exporter serves on the instance's address, on the image's port.
+    # The node and DCGM exporters serve on the instance's address, on the image's ports.
     assert (tmp_path / cloud.NODE_EXPORTER_DEFAULTS.lstrip("/")).read_text() == (
         NODE_EXPORTER_ARGS.replace("0.0.0.0:9100", "10.20.30.40:9100"))
+    assert (tmp_path / cloud.DCGM_EXPORTER_DROPIN.lstrip("/")).read_text() == (
+        "[Service]\nEnvironment=DCGM_EXPORTER_HOST=10.20.30.40\n")
     # IMDSv2: a token first, then the tag with it.
     assert "X-aws-ec2-metadata-token: token" in done.log("curl")
     assert KEY_B64[:40] not in done.stderr  # the key never reaches the log
@@ -297,9 +321,9 @@ def test_a_tier_that_does_not_mount_is_reported_and_left_to_the_gate(tmp_path: P
 
 @pytest.mark.parametrize("address", [None, "", "10.0.0.1/ -e s/x/y", "1.2.3.4;reboot",
                                      "10.0.0.1\n10.0.0.2", "fd00::1", "999.1.1.1.1"])
-def test_no_address_or_a_hostile_one_leaves_the_node_exporter_as_the_image_has_it(
+def test_no_address_or_a_hostile_one_leaves_the_exporters_as_the_image_has_them(
         tmp_path: Path, address: str | None) -> None:
-    """The exporter is bound only to a dotted IPv4 address from the metadata service;
+    """The exporters are bound only to a dotted IPv4 address from the metadata service;
     anything else is said on stderr and the boot goes on (its metrics are not its
     admission: the gate is)."""
     desc = loader.load_stack("example", ROOT)
@@ -308,7 +332,9 @@ def test_no_address_or_a_hostile_one_leaves_the_node_exporter_as_the_image_has_i
     done = _boot(tmp_path, cloud.user_data(desc, name, group), NODE_TAG="prod-h100-burst-3",
                  MUNGE_B64=KEY_B64, **env)
     assert done.rc == 0, done.stderr
-    assert "no private address to bind the node exporter to" in done.stderr
+    assert "no private address to bind the node and DCGM exporters to" in done.stderr
     assert (tmp_path / cloud.NODE_EXPORTER_DEFAULTS.lstrip("/")).read_text() == NODE_EXPORTER_ARGS
+    assert not (tmp_path / cloud.DCGM_EXPORTER_DROPIN.lstrip("/")).exists()
     assert cloud.NODE_EXPORTER_UNIT not in done.log("commands")
+    assert cloud.DCGM_EXPORTER_UNIT not in done.log("commands")
     assert "systemctl restart slurmd" in done.log("commands")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import socket
 import subprocess
 import sys
@@ -17,14 +16,13 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import jinja2
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpupool.lab import mirror
 from gpupool.spec import catalog, loader
-from tests.conftest import ROOT
+from tests.conftest import ROOT, render_role_template
 
 DCGM = ROOT / "roles" / "dcgm"
 DEFAULTS = yaml.safe_load((DCGM / "defaults" / "main.yml").read_text())
@@ -82,30 +80,24 @@ def test_software_lock_pairs_the_exporter_with_dcgm() -> None:
 
 # --- rendering role templates as Ansible does (trim_blocks) --------------------------------
 
-def _render(role: str, name: str, **variables: object) -> str:
-    env = jinja2.Environment(  # as Ansible's template module  # noqa: S701
-        loader=jinja2.FileSystemLoader(ROOT / "roles" / role / "templates"),
-        trim_blocks=True, undefined=jinja2.StrictUndefined)
-    env.filters["quote"] = shlex.quote
-    env.filters["to_json"] = json.dumps
-    return env.get_template(name).render(ansible_managed="test", **variables)
-
-
 def test_exporter_unit_flags() -> None:
-    unit = _render("dcgm", "dcgm-exporter.service.j2", **{
+    unit = render_role_template("dcgm", "dcgm-exporter.service.j2", **{
         **{k: v for k, v in DEFAULTS.items() if "{{" not in str(v)},
         "dcgm_exporter_address": "10.0.0.5", "dcgm_config_dir": "/etc/dcgm-exporter",
         "dcgm_service": "nvidia-dcgm"})
     start = next(x for x in unit.splitlines() if x.startswith("ExecStart="))
     assert start == ("ExecStart=/usr/bin/dcgm-exporter --remote-hostengine-info localhost:5555"
-                     " --collectors /etc/dcgm-exporter/counters.csv --address \"10.0.0.5:9400\""
+                     " --collectors /etc/dcgm-exporter/counters.csv"
+                     " --address ${DCGM_EXPORTER_HOST}:9400"
                      " --hpc-job-mapping-dir /run/gpupool/dcgm-job-map")
+    # The host, systemd-quoted, in a variable a burst node's boot overrides (cloud.user_data).
+    assert 'Environment="DCGM_EXPORTER_HOST=10.0.0.5"' in unit.splitlines()
     assert "ConditionPathExists" not in unit
-    v6 = _render("dcgm", "dcgm-exporter.service.j2", **{
+    v6 = render_role_template("dcgm", "dcgm-exporter.service.j2", **{
         **{k: v for k, v in DEFAULTS.items() if "{{" not in str(v)},
         "dcgm_exporter_address": "fd00::5", "dcgm_config_dir": "/etc/dcgm-exporter",
         "dcgm_service": "nvidia-dcgm"})
-    assert '--address "[fd00::5]:9400"' in v6
+    assert 'Environment="DCGM_EXPORTER_HOST=[fd00::5]"' in v6.splitlines()
 
 
 # --- the job map's prolog and epilog parts -------------------------------------------------
@@ -116,7 +108,7 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {}
     for phase in ("prolog", "epilog"):
         path = d / phase
-        path.write_text(_render("dcgm", f"dcgm-job-map-{phase}.sh.j2",
+        path.write_text(render_role_template("dcgm", f"dcgm-job-map-{phase}.sh.j2",
                                 dcgm_exporter_job_map_dir="/nonexistent/job-map"))
         path.chmod(0o755)
         out[phase] = path
@@ -185,7 +177,7 @@ def test_runner_runs_parts_in_order_and_fails_with_the_first_failure(tmp_path: P
     parts_dir.mkdir()
     log = tmp_path / "log"
     runner = tmp_path / "runner"
-    runner.write_text(_render("slurm", "gpupool-slurm-run-parts.sh.j2",
+    runner.write_text(render_role_template("slurm", "gpupool-slurm-run-parts.sh.j2",
                               item={"phase": "prolog", "dir": str(parts_dir)},
                               slurm_prolog_part_timeout_s=2))
     for name, body in (("20-b", "echo b >> {log}"), ("10-a", "echo a >> {log}"),
@@ -208,7 +200,7 @@ def test_runner_runs_parts_in_order_and_fails_with_the_first_failure(tmp_path: P
     assert run.returncode != 0 and time.monotonic() - t0 < 20  # bounded
     assert _run(runner, {}).returncode != 0
     (parts_dir / "25-fails").unlink()
-    runner.write_text(_render("slurm", "gpupool-slurm-run-parts.sh.j2",
+    runner.write_text(render_role_template("slurm", "gpupool-slurm-run-parts.sh.j2",
                               item={"phase": "epilog", "dir": str(tmp_path / "none")},
                               slurm_prolog_part_timeout_s=2))
     assert _run(runner, {}).returncode == 0  # no directory: nothing to run
@@ -233,7 +225,7 @@ def exporter(tmp_path: Path) -> Iterator[tuple[str, Path, Path]]:
     program.write_text(files["usr/bin/dcgm-exporter"])
     assert mirror.FIXTURE_MARK in program.read_text()
     counters = tmp_path / "counters.csv"
-    counters.write_text(_render("dcgm", "counters.csv.j2",
+    counters.write_text(render_role_template("dcgm", "counters.csv.j2",
                                 dcgm_exporter_counters=DEFAULTS["dcgm_exporter_counters"]))
     devices, job_map = tmp_path / "dev", tmp_path / "map"
     devices.mkdir()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, render_role_template
 
 MON = ROOT / "monitoring"
 PROMTOOL = shutil.which("promtool")
@@ -75,3 +75,24 @@ def test_dashboard_queries_parse_and_use_known_series(tmp_path: Path) -> None:
     for expr in exprs:
         for name in re.findall(r"gpupool:[a-z0-9_:]+", expr):
             assert name in recorded, f"{name} is not recorded by the rules"
+
+
+def test_burst_nodes_node_and_dcgm_exporters_are_discovered_through_slurm(tmp_path: Path) -> None:
+    """Role monitoring's prometheus.yml: the node
+    and dcgm jobs each also ask the scheduler exporter for Slurm's cloud nodes, on their own
+    exporter's port, and promtool accepts the file."""
+    text = render_role_template(
+        "monitoring", "prometheus.yml.j2", monitoring_scrape_interval="15s",
+        monitoring_config_dir="/etc/gpupool/monitoring", monitoring_address="10.0.0.1",
+        monitoring_alertmanager_port=9093, monitoring_prometheus_port=9090,
+        monitoring_slurm_exporter_port=9815, monitoring_node_exporter_port=9100,
+        monitoring_dcgm_exporter_port=9400)
+    jobs = {j["job_name"]: j for j in yaml.safe_load(text)["scrape_configs"]}
+    assert {name: [c["url"] for c in job.get("http_sd_configs", [])]
+            for name, job in jobs.items()} == {
+        "prometheus": [], "gpupool-slurm": [],
+        "node": ["http://10.0.0.1:9815/sd/cloud-nodes?port=9100"],
+        "dcgm": ["http://10.0.0.1:9815/sd/cloud-nodes?port=9400"]}
+    (tmp_path / "prometheus.yml").write_text(text)
+    proc = _promtool("check", "config", "--syntax-only", str(tmp_path / "prometheus.yml"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -25,10 +25,11 @@ boots a real host, which joins Slurm by the launch template's real user-data.
 A burst host has no host firewall (nftables disabled in the image): on AWS its inbound is
 the security groups the Pulumi program declares from the flows (infra/network.py). Its
 node and DCGM exporters are disabled in the image too: the roles bind them to a host's
-declared management address, which a burst node does not have. The boot binds the node
-exporter to the instance's address and starts it (cloud.user_data); the DCGM exporter
-stays off (left: the same at boot). Nothing here is EC2; no cloud behaviour follows from
-it beyond what moto and the fixtures do.
+declared management address, which a burst node does not have. The boot binds both to
+the instance's address and starts them (cloud.user_data); the DCGM exporter here is the
+lab's fixture package, so what its scrape shows is the binding, not GPU telemetry.
+Nothing here is EC2; no cloud behaviour follows from it beyond what moto and the fixtures
+do.
 """
 
 from __future__ import annotations

@@ -61,6 +61,13 @@ class SlurmLab:
                                 f"{proc.stderr}{proc.stdout}")
         return proc.stdout
 
+    def http_get(self, port: int, path: str) -> str:
+        """GET path from a service on the controller's management address (where the
+        roles bind them, not loopback), asked from the controller itself."""
+        url = f"http://{self.desc.nodes[self.ctl].addresses['management']}:{port}{path}"
+        return self.sh("python3 -c 'import sys, urllib.request; print(urllib.request.urlopen("
+                       f"sys.argv[1], timeout=20).read().decode())' {shlex.quote(url)}")
+
     def write(self, path: str, text: str, node: str | None = None, *,
               newline: bool = True) -> None:
         """Write text (and a newline, unless told not to) to path: the bytes as given, in

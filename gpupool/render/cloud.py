@@ -514,10 +514,14 @@ CLIENT_CONF = "/run/gpupool/slurm-client.conf"
 BOOT_ATTEMPTS, BOOT_RETRY_S = 10, 6
 # Bounds the start of one network tier's mount at boot: its unit's own TimeoutSec (60 s,
 # role storage's net.mount.j2) and systemd's start-up of it.
+MOUNT_TIMEOUT_S = 75
 # Role node_exporter's on Debian (roles/node_exporter/vars/Debian.yml).
 NODE_EXPORTER_UNIT = "prometheus-node-exporter"
 NODE_EXPORTER_DEFAULTS = "/etc/default/prometheus-node-exporter"
-MOUNT_TIMEOUT_S = 75
+# Role dcgm's exporter unit, which reads its listen host from DCGM_EXPORTER_HOST
+# (roles/dcgm/templates/dcgm-exporter.service.j2), and the drop-in a boot sets it in.
+DCGM_EXPORTER_UNIT = "dcgm-exporter"
+DCGM_EXPORTER_DROPIN = f"/etc/systemd/system/{DCGM_EXPORTER_UNIT}.service.d/gpupool-boot.conf"
 
 
 def munge_secret_name(desc: Description) -> str:
@@ -729,17 +733,24 @@ def _join_slurm(desc: Description, group: BurstGroup) -> list[str]:
         # MOUNT_TIMEOUT_S, so the gate below finds them mounted or fails the node for it.
         *(f"timeout {MOUNT_TIMEOUT_S} systemctl start {q(unit)} || "
           f"echo {q(f'gpupool: {unit} did not mount')} >&2" for unit in mount_units(desc)),
-        # The node exporter is in the image, disabled: role node_exporter binds it to a
-        # node's declared address, and a burst node has only the one its instance got.
-        # Bound there, Prometheus finds it through Slurm (roles/monitoring: the scheduler
-        # exporter's service discovery lists the cloud nodes that are up at their NodeAddr).
+        # The node and DCGM exporters are in the image, disabled: roles node_exporter and
+        # dcgm bind them to a node's declared address, and a burst node has only the one
+        # its instance got. Bound there, Prometheus finds them through Slurm
+        # (roles/monitoring: the scheduler exporter's service discovery lists the cloud
+        # nodes that are up at their NodeAddr). The ports stay as the image has them.
         r'if addr=$(imds local-ipv4) && [[ $addr =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}$ ]]; then',
         r'  sed -i -E "s/--web[.]listen-address=[^ \"]*:([0-9]+)/--web.listen-address=$addr:\1/" '
         + q(NODE_EXPORTER_DEFAULTS),
         f"  systemctl enable --now {NODE_EXPORTER_UNIT} || "
         "echo 'gpupool: the node exporter did not start' >&2",
+        f"  install -d -m 0755 {q(DCGM_EXPORTER_DROPIN.rsplit('/', 1)[0])}",
+        "  printf '%s\\n' '[Service]' \"Environment=DCGM_EXPORTER_HOST=$addr\" > "
+        + q(DCGM_EXPORTER_DROPIN),
+        "  systemctl daemon-reload",
+        f"  systemctl enable --now {DCGM_EXPORTER_UNIT} || "
+        "echo 'gpupool: the DCGM exporter did not start' >&2",
         "else",
-        "  echo 'gpupool: no private address to bind the node exporter to' >&2",
+        "  echo 'gpupool: no private address to bind the node and DCGM exporters to' >&2",
         "fi",
         # The acceptance gate's quick tier before slurmd can take any work (gate/boot.py).
         # A node that does not pass reports itself powered down and drained with the

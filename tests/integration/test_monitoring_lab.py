@@ -45,16 +45,9 @@ def pool(site: Any, lab_desc: Description) -> slurm_cluster.SlurmLab:
     return s
 
 
-def fetch(s: slurm_cluster.SlurmLab, port: int, path: str) -> str:
-    """GET path on the controller's management address, from the controller itself."""
-    address = s.desc.nodes[controller(s.desc)].addresses["management"]
-    return s.sh(f"python3 -c 'import urllib.request; print(urllib.request.urlopen("
-                f"\"http://{address}:{port}{path}\", timeout=20).read().decode())'")
-
-
 def promql(s: slurm_cluster.SlurmLab, query: str) -> list[dict[str, Any]]:
     """Prometheus' answer to an instant query: its result vector."""
-    answer = json.loads(fetch(s, PROMETHEUS, "/api/v1/query?query="
+    answer = json.loads(s.http_get(PROMETHEUS, "/api/v1/query?query="
                               + urllib.parse.quote(query, safe="")))
     assert answer["status"] == "success", answer
     return answer["data"]["result"]
@@ -62,7 +55,7 @@ def promql(s: slurm_cluster.SlurmLab, query: str) -> list[dict[str, Any]]:
 
 def scrape(s: slurm_cluster.SlurmLab) -> list[tuple[str, dict[str, str], float]]:
     """One scrape, from the controller, at the address the role serves on."""
-    text = fetch(s, PORT, "/metrics")
+    text = s.http_get(PORT, "/metrics")
     return [(x.name, dict(x.labels), x.value) for f in text_string_to_metric_families(text)
             for x in f.samples]
 
@@ -169,12 +162,12 @@ def test_prometheus_scrapes_the_pool_with_the_rules_loaded(pool: slurm_cluster.S
     wait_for("every node_exporter scraped", lambda: len([
         r for r in promql(pool, 'up{job="node"}') if r["value"][1] == "1"]) == len(
         pool.desc.nodes), 120)
-    groups = {g["name"] for g in json.loads(fetch(pool, PROMETHEUS, "/api/v1/rules"))[
+    groups = {g["name"] for g in json.loads(pool.http_get(PROMETHEUS, "/api/v1/rules"))[
         "data"]["groups"]}
     assert {"gpupool.recording", "gpupool.alerts"} <= groups
-    names = set(json.loads(fetch(pool, PROMETHEUS, "/api/v1/label/__name__/values"))["data"])
+    names = set(json.loads(pool.http_get(PROMETHEUS, "/api/v1/label/__name__/values"))["data"])
     assert {"gpupool_slurm_up", "gpupool_node_state", "gpupool_node_gpus"} <= names
-    fetch(pool, ALERTMANAGER, "/-/ready")  # an answer other than 200 raises
+    pool.http_get(ALERTMANAGER, "/-/ready")  # an answer other than 200 raises
 
 
 # A webhook receiver on the controller: every POST body one line in a file.
@@ -208,9 +201,9 @@ def monitoring_role(s: slurm_cluster.SlurmLab, extra: dict[str, Any] | None = No
 
 
 def answer(s: slurm_cluster.SlurmLab, port: int, path: str) -> Any:
-    """fetch's JSON answer, or None while the service restarts."""
+    """http_get's JSON answer, or None while the service restarts."""
     try:
-        return json.loads(fetch(s, port, path))
+        return json.loads(s.http_get(port, path))
     except (slurm_cluster.SlurmLabError, ValueError):
         return None
 
@@ -447,7 +440,7 @@ def test_every_series_the_rules_and_dashboard_read_was_scraped(pool: slurm_clust
     pool.sh("systemctl start gpupool-controller-backup.service", timeout=600)
 
     def missing() -> set[str]:
-        names = json.loads(fetch(pool, PROMETHEUS, "/api/v1/label/__name__/values"))["data"]
+        names = json.loads(pool.http_get(PROMETHEUS, "/api/v1/label/__name__/values"))["data"]
         return wanted - set(names)
 
     try:

@@ -50,8 +50,13 @@ TOP, *_, LOW = list(CLASSES)  # interactive ... deferred
 MID = next(c for c in CLASSES if c not in (TOP, LOW))  # training
 GPUS_PER_NODE = next(n.gpus for n in slurm.nodes(DESC))
 # Prometheus' service discovery refresh and scrape interval (15 s each in the lab) with
-# room: how long a burst node's job runs, and the bound on waiting for its scrape.
+# room: the bound on waiting for a burst node's scrape, and on its job, which runs until the
+# test has seen the scrape (SCRAPED appears on the node) so that the node is not suspended
+# first, and no longer.
 SCRAPE_WAIT_S = 60
+SCRAPED = "/run/gpupool-test-scraped"
+UNTIL_SCRAPED = ("#!/bin/bash\nfor _ in $(seq $WORK); do [ -e " + SCRAPED +
+                 " ] && exit 0; sleep 1; done\n")
 
 # A deferred job that checkpoints on SIGTERM and, when the signal is a preemption
 # (PreemptTime set), hands itself back to the queue: the contract for preemptible work,
@@ -493,18 +498,13 @@ def scontrol_update(cluster: Slurm) -> Callable[..., None]:
     return lambda *args: cluster.sh("scontrol update " + " ".join(map(shlex.quote, args)))
 
 
-def _scraped(cluster: Slurm, node: str, address: str) -> str:
-    """The health Prometheus (on the controller) reports for its `node` job's target on
-    node at address ("" when it has none): the target comes from the scheduler exporter's
-    service discovery (roles/monitoring), never from an inventory."""
-    ctl = DESC.nodes[CTL].addresses["management"]
-    url = f"http://{ctl}:9090/api/v1/targets?state=active"
-    answer = json.loads(cluster.sh(
-        f"python3 -c 'import urllib.request; print(urllib.request.urlopen("
-        f"\"{url}\", timeout=10).read().decode())'"))
-    return next((t["health"] for t in answer["data"]["activeTargets"]
-                 if t["labels"].get("job") == "node" and t["labels"].get("node") == node
-                 and t["scrapeUrl"].startswith(f"http://{address}:")), "")
+def _scraped(cluster: Slurm, node: str, address: str) -> dict[str, str]:
+    """The health Prometheus (on the controller) reports for each of its jobs' targets on
+    node at address: the targets come from the scheduler exporter's service discovery
+    (roles/monitoring), never from an inventory."""
+    answer = json.loads(cluster.http_get(9090, "/api/v1/targets?state=active"))
+    return {t["labels"]["job"]: t["health"] for t in answer["data"]["activeTargets"]
+            if t["labels"].get("node") == node and t["scrapeUrl"].startswith(f"http://{address}:")}
 
 
 def on_host(node: str, command: str) -> str:
@@ -563,7 +563,7 @@ def test_burst_instance_boots_into_the_pool_runs_the_job_and_is_terminated(clust
     wait_for("the pool full", lambda: all(cluster.state(j) == "RUNNING" for j in full), 30)
     t0 = time.monotonic()
     job = cluster.sbatch(f"-p {LOW}", f"-A {TEAMS[1]}", f"--gpus={GPUS_PER_NODE}",
-                         work=SCRAPE_WAIT_S)
+                         script=UNTIL_SCRAPED, work=SCRAPE_WAIT_S)
     aws_lab.capacity.short = {first: localaws.ICE}
     try:
         node, (launched,) = aws_lab.resume_requested(cluster)
@@ -582,10 +582,11 @@ def test_burst_instance_boots_into_the_pool_runs_the_job_and_is_terminated(clust
                  lambda: cluster.state(job) in ("RUNNING", "COMPLETED"), 240)
         cluster.figures["burst_boot_to_job_running_s"] = round(time.monotonic() - t1, 1)
         # While the job runs (an idle node is soon suspended): Prometheus scrapes the
-        # node's exporter at the instance's address, found through Slurm.
+        # node's node and DCGM exporters at the instance's address, found through Slurm.
         address = instance["PrivateIpAddress"]
-        wait_for("Prometheus scraping the burst node",
-                 lambda: _scraped(cluster, node, address) == "up", SCRAPE_WAIT_S)
+        wait_for("Prometheus scraping the burst node's exporters", lambda: _scraped(
+            cluster, node, address) == {"node": "up", "dcgm": "up"}, SCRAPE_WAIT_S)
+        on_host(node, f"touch {SCRAPED}")
         wait_for("the job done", lambda: cluster.state(job) == "COMPLETED", SCRAPE_WAIT_S)
     except lab_mod.LabError as e:
         raise AssertionError(f"{e}\n{_boot_failure(node, cluster)}") from e
