@@ -138,3 +138,22 @@ def test_the_nodes_gate_bundle_holds_what_gpupool_gate_installs() -> None:
     direct = {Requirement(r).name for r in GATE_EXTRA}
     assert direct <= names, direct - names
     assert not names & set(HEAVY), names & set(HEAVY)
+
+
+def test_the_gate_bundle_is_packed_once_for_the_same_inputs(tmp_path: Path) -> None:
+    """Every play packs the gate (roles/acceptance_gate): a second run with the same
+    checkout leaves the archive as it is; an archive changed since is packed again, to the
+    same bytes."""
+    out = tmp_path / "gate-bundle.tar.gz"
+
+    def pack() -> None:
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "gate_bundle.py"), str(out)],
+                       check=True, timeout=600, capture_output=True)
+
+    pack()
+    packed, written = out.read_bytes(), out.stat().st_mtime_ns
+    pack()
+    assert out.stat().st_mtime_ns == written
+    out.write_bytes(b"not the archive")
+    pack()
+    assert out.read_bytes() == packed
