@@ -18,9 +18,11 @@ from typing import Any
 
 import boto3
 import pytest
+import yaml
 from moto import mock_aws
 
 from gpupool.onhost import controller_backup as cb
+from tests.conftest import ROOT
 
 DUMP = b"-- FIXTURE dump\nCREATE DATABASE slurm_acct_db;\n"
 BUCKET = "lab-checkpoints-eu-west-1"
@@ -305,3 +307,14 @@ def test_the_state_is_copied_once_slurmctld_has_saved_what_came_before(
     # time.sleep is the process's: other waits (the test runner's) may show up too.
     assert [s for s in slept if s > 1] and all(
         cb.STATE_SETTLE_S - 5 < s <= cb.STATE_SETTLE_S for s in slept if s > 1)
+
+
+def test_the_role_backs_up_the_key_and_database_the_slurm_role_keeps() -> None:
+    """controller_backup runs without the slurm role (its own tag, the restore play), so it
+    carries the two paths as its own defaults: they must be the slurm role's."""
+    root = ROOT / "roles"
+    backup = yaml.safe_load((root / "controller_backup/defaults/main.yml").read_text())
+    slurm = {**yaml.safe_load((root / "slurm/defaults/main.yml").read_text()),
+             **yaml.safe_load((root / "slurm/vars/Debian.yml").read_text())}
+    assert (backup["controller_backup_munge_key"], backup["controller_backup_database"]) == (
+        slurm["slurm_munge_key"], slurm["slurm_db_name"])
