@@ -18,7 +18,10 @@ LANE_NICE=10
 if [[ -z ${GPUPOOL_LANE_NICED:-} ]]; then
   GPUPOOL_LANE_NICED=1 exec nice -n "$LANE_NICE" "$0" "$@"
 fi
-echo "$LANE_NICE" 2>/dev/null > /proc/self/autogroup || true
+# Only as a session of its own: lowering the caller's autogroup would slow its whole session.
+if [[ "$(ps -o sid= -p $$ | tr -d ' ')" == "$$" ]]; then
+  echo "$LANE_NICE" 2>/dev/null > /proc/self/autogroup || true
+fi
 VENV=.venv/bin
 : "${LINT:?the lint command: make test passes its LINT}"
 mkdir -p .cache
