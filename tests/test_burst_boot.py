@@ -130,10 +130,12 @@ def test_the_boot_rebinds_the_exporters_the_image_has() -> None:
         cloud.NODE_EXPORTER_UNIT, cloud.NODE_EXPORTER_DEFAULTS)
     template = (ROOT / "roles/node_exporter/templates/defaults.j2").read_text()
     (line,) = [t for t in template.splitlines() if t.startswith("ARGS=")]
+    role = yaml.safe_load((ROOT / "roles/node_exporter/defaults/main.yml").read_text())
     for name, value in {"node_exporter_address": "0.0.0.0",  # noqa: S104 (the image's)
-                        "node_exporter_port": "9100",
-                        "node_exporter_textfile_dir": "/var/lib/prometheus/node-exporter",
-                        "node_exporter_extra_args | join(' ')": "--collector.systemd"}.items():
+                        "node_exporter_port": str(role["node_exporter_port"]),
+                        "node_exporter_textfile_dir": role["node_exporter_textfile_dir"],
+                        "node_exporter_extra_args | join(' ')":
+                            " ".join(role["node_exporter_extra_args"])}.items():
         line = line.replace("{{ " + name + " }}", value)
     assert line + "\n" == NODE_EXPORTER_ARGS
     unit = (ROOT / "roles/dcgm/templates/dcgm-exporter.service.j2").read_text()
