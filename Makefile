@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV := .venv/bin
 STACK ?= lab
 PYTEST_ARGS ?=
-LINT := $(VENV)/ruff check gpupool tests infra policies bench inventory_plugins scripts \
+LINT := $(VENV)/ruff check gpupool tests infra policies bench inventory_plugins strategy_plugins scripts \
   && $(VENV)/yamllint -s . && $(VENV)/ansible-lint
 
 .PHONY: bootstrap lab lab-down test lint unit integration bench burst-image-artifact clean

@@ -20,6 +20,7 @@ keys, beside the named ones).
 
 from __future__ import annotations
 
+import configparser
 import datetime
 import hashlib
 import importlib
@@ -29,6 +30,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from gpupool.paths import ANSIBLE_CONFIG
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -90,6 +93,16 @@ def _git(*args: str) -> str:
                           check=False, timeout=30).stdout.strip()
 
 
+def ansible_strategy() -> str:
+    """The strategy playbooks run under: ANSIBLE_STRATEGY where set, else the one the
+    Ansible settings gpupool runs with name (ansible.cfg), else Ansible's default."""
+    if wanted := os.environ.get("ANSIBLE_STRATEGY"):
+        return wanted
+    settings = configparser.ConfigParser(interpolation=None)
+    settings.read(os.environ.get("ANSIBLE_CONFIG") or ANSIBLE_CONFIG)
+    return settings.get("defaults", "strategy", fallback="linear")
+
+
 def provenance(command: str, figures: Any) -> dict[str, Any]:
     return {"command": command, "commit": _git("rev-parse", "HEAD") or "unknown",
             # Results and prose do not count (a run rewrites the results and renders
@@ -97,9 +110,8 @@ def provenance(command: str, figures: Any) -> dict[str, Any]:
             "local_changes": bool(_git("status", "--porcelain", "--", ".",
                                        ":(exclude)bench/results", ":(exclude,glob)**/*.md")),
             "cpus": os.cpu_count() or 0,
-            # Playbook timings depend on it: the lab suite runs under Mitogen's
-            # (tests/integration/conftest.py: playbook_strategy), `make lab` under Ansible's.
-            "ansible_strategy": os.environ.get("ANSIBLE_STRATEGY", "linear"),
+            # Playbook timings depend on it (tests/integration/conftest.py: playbook_strategy).
+            "ansible_strategy": ansible_strategy(),
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "digest": digest(figures)}
 

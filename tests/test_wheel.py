@@ -73,7 +73,9 @@ def test_a_project_outside_the_checkout_works_from_the_installed_wheel(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     project = tmp_path / "mine"
     share = installed / "gpupool" / "share"
-    assert f"roles_path = {share / 'roles'}" in (project / "ansible.cfg").read_text()
+    settings = (project / "ansible.cfg").read_text()
+    assert f"roles_path = {share / 'roles'}" in settings
+    assert f"strategy_plugins = {share / 'strategy_plugins'}" in settings
     for verb in (["validate"], ["plan"], ["policy"]):
         proc = _run([*py, *verb], project, installed)
         assert proc.returncode == 0, f"{verb}: {proc.stdout}{proc.stderr}"
@@ -85,3 +87,10 @@ def test_a_project_outside_the_checkout_works_from_the_installed_wheel(
         proc = _run([str(BIN / "ansible-playbook"), "--syntax-check",
                      str(share / "playbooks" / playbook)], project, installed)
         assert proc.returncode == 0, proc.stdout + proc.stderr
+    # A play runs under the wheel's strategy plugin (Mitogen's, with this venv's Mitogen).
+    play = tmp_path / "ping.yml"
+    play.write_text("- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+                    "    - ansible.builtin.ping:\n")
+    proc = _run([str(BIN / "ansible-playbook"), str(play)], project, installed)
+    assert proc.returncode == 0 and "ok=1" in proc.stdout, proc.stdout + proc.stderr
+    assert "Mitogen is not installed" not in proc.stdout + proc.stderr

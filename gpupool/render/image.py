@@ -84,7 +84,9 @@ def _build_steps(desc: Description, region: str) -> list[dict[str, Any]]:
          "inputs": [{"path": vars_file, "content": image_vars}]},
         _bash("RunPlaybook", "set -eu", f"install -d -m 0700 {q(WORK_DIR)}/src",
               f"tar -xzf {q(archive)} -C {q(WORK_DIR)}/src",
+              # Debian's ansible has no Mitogen, ansible.cfg's strategy: its own, named.
               f"cd {q(WORK_DIR)}/src && ANSIBLE_CONFIG={q(WORK_DIR)}/src/ansible.cfg "
+              "ANSIBLE_STRATEGY=linear "
               f"ansible-playbook -c local -i localhost, -e @{q(vars_file)} {PLAYBOOK}"),
         _bash("CleanUp", f"rm -rf {q(WORK_DIR)}", "apt-get clean"),
     ]

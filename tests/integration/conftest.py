@@ -5,11 +5,10 @@ session, bounded wait), `lab` (fresh lab hosts brought up once, torn down at the
 `site` (playbooks/site.yml converged once, then re-run for idempotence and in check mode).
 Other suites (roles/slurm, the acceptance gate) reuse `lab` and `ansible_playbook`.
 
-Every playbook the suite runs, directly or through gpupool, runs under Mitogen's linear
-strategy (`playbook_strategy`): the same tasks and modules, without starting Python afresh
-on every host for every task, which is where the lab's time went. `make lab` converges
-the user's lab with Ansible's own strategy, so CI proves both.
-GPUPOOL_TEST_STRATEGY=linear runs the suite under Ansible's own too.
+Every playbook the suite runs, directly or through gpupool, runs under the strategy
+`playbook_strategy` names: ansible.cfg's own, Mitogen's linear strategy
+(strategy_plugins/mitogen_linear.py), which operators and `make lab` run too.
+GPUPOOL_TEST_STRATEGY=linear runs the suite under Ansible's own linear strategy instead.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import ansible_mitogen
 import pytest
 
 import bench.site_lab
@@ -48,23 +46,19 @@ STRATEGY = "GPUPOOL_TEST_STRATEGY"
 
 @pytest.fixture(scope="session", autouse=True)
 def playbook_strategy() -> Iterator[str]:
-    """Mitogen's linear strategy (unless GPUPOOL_TEST_STRATEGY names Ansible's `linear`)
-    for every ansible-playbook the session starts: set in the environment they inherit.
-    bench.write records it with the figures."""
+    """The strategy of every ansible-playbook the session starts, set in the environment they
+    inherit: ansible.cfg's mitogen_linear unless GPUPOOL_TEST_STRATEGY names Ansible's
+    `linear`. Set even when it is the default, so bench.write records what ran."""
     wanted = os.environ.get(STRATEGY, "mitogen_linear")
     if wanted not in ("mitogen_linear", "linear"):
         pytest.exit(f"{STRATEGY}={wanted!r}: expected mitogen_linear or linear", 2)
-    saved = {k: os.environ.get(k) for k in ("ANSIBLE_STRATEGY", "ANSIBLE_STRATEGY_PLUGINS")}
+    saved = os.environ.get("ANSIBLE_STRATEGY")
     os.environ["ANSIBLE_STRATEGY"] = wanted
-    if wanted == "mitogen_linear":
-        plugins = Path(ansible_mitogen.__file__).parent / "plugins" / "strategy"
-        os.environ["ANSIBLE_STRATEGY_PLUGINS"] = str(plugins)
     yield wanted
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    if saved is None:
+        os.environ.pop("ANSIBLE_STRATEGY", None)
+    else:
+        os.environ["ANSIBLE_STRATEGY"] = saved
 
 
 @dataclass

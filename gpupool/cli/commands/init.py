@@ -41,8 +41,8 @@ def files(name: str, stack: str, starter: str) -> dict[str, str]:
     pulumi = re.sub(r"(?m)^main: .*$", f"main: {PROJECT_ROOT / 'infra'}/", pulumi)
     ansible = (SHARE / "ansible.cfg").read_text()
     ansible = re.sub(r"(?m)^roles_path = .*$", f"roles_path = {SHARE / 'roles'}", ansible)
-    ansible = re.sub(r"(?m)^inventory_plugins = .*$",
-                     f"inventory_plugins = {SHARE / 'inventory_plugins'}", ansible)
+    for plugins in ("inventory_plugins", "strategy_plugins"):
+        ansible = re.sub(rf"(?m)^{plugins} = .*$", f"{plugins} = {SHARE / plugins}", ansible)
     # The project's inventory is its description, read by the gpupool plugin at each run.
     ansible = re.sub(r"(?m)^inventory = .*$", "inventory = gpupool.yml", ansible)
     return {
