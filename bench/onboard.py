@@ -10,7 +10,8 @@ Beside wall-clock time it records CPU time: the whole machine's busy time (/proc
 each lab host's own (its cgroup), and the rest, which is the control side (Ansible, SSH,
 podman). Every lab host shares this machine's cores; in a real pool each node runs its own
 share on its own CPUs, so the split says which part of the work grows with hosts on the
-control host and which part each node brings along.
+control host and which part each node brings along. Each role's seconds come with them,
+and each run's output with its slowest tasks stays in .cache/onboard/.
 
 The benchmark pool is the lab stack widened to six GPU nodes (clones of lab-gpu1 with the
 next addresses) and moved to its own address space (10.231.* -> 10.251.*) and name, so it
@@ -40,7 +41,7 @@ import bench
 from gpupool.lab import hosts as lab_hosts
 from gpupool.spec import loader
 from gpupool.spec.model import Description
-from tests.integration.conftest import ansible_playbook
+from tests.integration.conftest import ROLE_TIME, ansible_playbook
 
 TEMPLATE_NODE = "lab-gpu1"
 _COST = {"wall_s": float, "machine_cpu_s": float, "cores_busy": float, "new_hosts_cpu_s": float,
@@ -48,7 +49,8 @@ _COST = {"wall_s": float, "machine_cpu_s": float, "cores_busy": float, "new_host
          "control_cpu_per_new_host_s": float}
 SHAPE = {"pool": str,
          "runs": [{"hosts": int, "lab_up_s": float, "converge_s": float, "rerun_s": float,
-                   "converge": _COST, "rerun": _COST, "converge_failed": int,
+                   "converge": _COST, "rerun": _COST, "converge_roles_s": {str: float},
+                   "rerun_roles_s": {str: float}, "converge_failed": int,
                    "rerun_changed": int, "rerun_failed": int}],
          "scaling": ({"largest": int, "ratio_to_1": float, "cpu_floor_ratio_to_1": float,
                       "target_ratio": float}, None)}
@@ -99,6 +101,28 @@ class Sample:
                 "control_cpu_per_new_host_s": round(control / len(new), 1)}
 
 
+# Each role's time (profile_roles) goes with the figures; each task's (profile_tasks, the
+# slowest 40) to the run's log in LOGS, beside its whole output, to see where it went.
+PROFILE = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_roles,ansible.posix.profile_tasks",
+           "PROFILE_ROLES_SUMMARY_ONLY": "true", "PROFILE_TASKS_SUMMARY_ONLY": "true",
+           "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "40"}
+LOGS = bench.ROOT / ".cache" / "onboard"
+
+
+def onboard(inv: Path, hosts: list[str], log: str) -> Any:
+    """onboard.yml for hosts, profiled; its output kept in LOGS/<log>.log."""
+    out = ansible_playbook(inv, "playbooks/onboard.yml", "--limit", ",".join(hosts), env=PROFILE)
+    LOGS.mkdir(parents=True, exist_ok=True)
+    (LOGS / f"{log}.log").write_text(out.output)
+    return out
+
+
+def roles_s(output: str) -> dict[str, float]:
+    """profile_roles' summary: seconds per role of the project (task lines are not roles)."""
+    return {m[1]: float(m[2]) for m in ROLE_TIME.finditer(output)
+            if (bench.ROOT / "roles" / m[1]).is_dir()}
+
+
 def timed(desc: Description, fn: Any, *args: Any) -> tuple[Any, Sample]:
     """fn(*args) and what it cost: wall-clock, the machine's and each running host's CPU."""
     def hosts() -> dict[str, float]:
@@ -131,12 +155,13 @@ def run(sizes: list[int]) -> dict[str, Any]:
             ready = ansible_playbook(inv, "playbooks/site.yml", "--limit", ",".join(pool))
             if ready.rc != 0:
                 raise SystemExit(f"the pool did not converge:\n{ready.output[-3000:]}")
-            book = ("playbooks/onboard.yml", "--limit", ",".join(hosts))
-            first, converge = timed(desc, ansible_playbook, inv, *book)
-            again, rerun = timed(desc, ansible_playbook, inv, *book)
+            first, converge = timed(desc, onboard, inv, hosts, f"{n}-converge")
+            again, rerun = timed(desc, onboard, inv, hosts, f"{n}-rerun")
             row = {"hosts": n, "lab_up_s": round(up_s, 1), "converge_s": round(converge.wall_s, 1),
                    "rerun_s": round(rerun.wall_s, 1),
                    "converge": converge.as_dict(hosts), "rerun": rerun.as_dict(hosts),
+                   "converge_roles_s": roles_s(first.output),
+                   "rerun_roles_s": roles_s(again.output),
                    "converge_failed": first.total("failed"),
                    "rerun_changed": again.total("changed"),
                    "rerun_failed": again.total("failed")}
