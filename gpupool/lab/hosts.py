@@ -443,6 +443,35 @@ def ensure_host(desc: Description, node: str, image: str, replace: bool = False)
     return info is None
 
 
+# A gratuitous ARP on each of the host's IPv4 addresses, sent from inside it. A host made
+# anew at an address an old one had (a node replaced, or re-imaged for repair) has a new
+# MAC; its peers keep the old one in their neighbour caches until it goes stale, a minute
+# or so in which the acceptance gate's flow probes toward it time out as if firewalled. A
+# real host's network stack announces itself at boot; podman's does not, so the lab does.
+_ANNOUNCE = """
+import json, socket, struct, subprocess
+for link in json.loads(subprocess.check_output(["ip", "-j", "addr", "show"])):
+    if link["ifname"] == "lo" or not link.get("address"):
+        continue
+    mac = bytes.fromhex(link["address"].replace(":", ""))
+    for addr in link.get("addr_info", []):
+        if addr["family"] == "inet":
+            ip = socket.inet_aton(addr["local"])
+            arp = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1) + mac + ip + bytes(6) + ip
+            with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
+                s.bind((link["ifname"], 0))
+                s.send(b"\\xff" * 6 + mac + b"\\x08\\x06" + arp)
+"""
+
+
+def announce(desc: Description, node: str) -> None:
+    """Tell the host's segments its addresses' MACs (_ANNOUNCE), so no peer keeps an old
+    host's."""
+    proc = exec_(desc, node, ["python3", "-c", _ANNOUNCE], timeout=30)
+    if proc.returncode != 0:
+        raise LabError(f"{node}: announcing its addresses failed: {proc.stderr.strip()[-500:]}")
+
+
 def _label(info: dict[str, object], key: str) -> str:
     config = info.get("Config")
     found = config.get("Labels") if isinstance(config, dict) else None
@@ -547,9 +576,11 @@ def up(desc: Description, report: Report = lambda _m: None, nodes: list[str] | N
             # A reused host that no longer boots (its processes killed under it, say) is
             # made anew, once.
             report(f"host {node} did not answer; recreating it")
-            ensure_host(desc, node, image, replace=True)
+            fresh[node] = ensure_host(desc, node, image, replace=True)
             wait_for(f"systemd on {node}", booted, BOOT_WAIT_S)
         wait_for(f"ssh on {node}", lambda n=node: ssh(desc, n, "true").returncode == 0, SSH_WAIT_S)
+        if fresh[node]:
+            announce(desc, node)
         report(f"host {node} up ({', '.join(desc.nodes[node].addresses.values())})")
     inv = write_inventory(desc, key)
     t["up_s"] = time.monotonic() - start
