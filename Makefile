@@ -62,7 +62,7 @@ bench: bootstrap
 ## gpupool.render.image.ARTIFACT_PATHS); upload it to the key the image's build fetches
 ## (s3://<datasets bucket>/gpupool/burst-image/gpupool-image.tar.gz) before a build.
 burst-image-artifact: bootstrap
-	mkdir -p .cache && scripts/gate_bundle.py \
+	mkdir -p .cache && $(VENV)/python -m gpupool.gate.bundle \
 	  "$$($(VENV)/python -c 'from gpupool.render import image; print(image.GATE_BUNDLE)')"
 	git archive --format=tar -o .cache/gpupool-image.tar HEAD \
 	  $$($(VENV)/python -c 'from gpupool.render import image; print(*image.ARTIFACT_PATHS)')

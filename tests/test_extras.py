@@ -10,7 +10,6 @@ would need the package index, which tests may not reach: the second check stands
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from gpupool.gate import bundle
 from tests.conftest import ROOT
 
 HEAVY = ("pulumi", "pulumi_aws", "pulumi_kubernetes", "pulumi_policy", "ansible",
@@ -126,14 +126,9 @@ def test_a_verb_without_its_extra_says_which_to_install(
 
 
 def test_the_nodes_gate_bundle_holds_what_gpupool_gate_installs() -> None:
-    """scripts/gate_bundle.py packs, for the nodes, the base dependencies and the gate
+    """gpupool.gate.bundle packs, for the nodes, the base dependencies and the gate
     extra at uv.lock's versions (the extra alone once left pydantic out, and every node's
     health loop failed to start)."""
-    spec = importlib.util.spec_from_file_location("gate_bundle",
-                                                  ROOT / "scripts" / "gate_bundle.py")
-    assert spec is not None and spec.loader is not None
-    bundle = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bundle)
     names = {r.split("==")[0] for r in bundle.requirements()}
     direct = {Requirement(r).name for r in GATE_EXTRA}
     assert direct <= names, direct - names
@@ -147,7 +142,7 @@ def test_the_gate_bundle_is_packed_once_for_the_same_inputs(tmp_path: Path) -> N
     out = tmp_path / "gate-bundle.tar.gz"
 
     def pack() -> None:
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "gate_bundle.py"), str(out)],
+        subprocess.run([sys.executable, "-m", "gpupool.gate.bundle", str(out)],
                        check=True, timeout=600, capture_output=True)
 
     pack()

@@ -15,11 +15,14 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
 
+from gpupool.gate import bundle
 from tests.conftest import ROOT
 
 BIN = Path(sys.executable).parent
@@ -45,7 +48,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (wheel,) = dist.glob("gpupool-*.whl")
     with zipfile.ZipFile(wheel) as z:
         assert not [n for n in z.namelist() if "__pycache__" in n]
-        z.extractall(site)
+        z.extractall(site)  # noqa: S202 (the wheel this test just built, not a tar)
     return site
 
 
@@ -94,3 +97,23 @@ def test_a_project_outside_the_checkout_works_from_the_installed_wheel(
     proc = _run([str(BIN / "ansible-playbook"), str(play)], project, installed)
     assert proc.returncode == 0 and "ok=1" in proc.stdout, proc.stdout + proc.stderr
     assert "Mitogen is not installed" not in proc.stdout + proc.stderr
+
+
+def test_the_gate_bundle_packs_from_the_installed_wheel(installed: Path, tmp_path: Path) -> None:
+    """An installed gpupool has no uv.lock: role acceptance_gate's packer resolves gpupool's
+    declared requirements under the versions this environment runs, which (this venv being
+    synced from uv.lock) are the lock's: the same packages as the checkout packs."""
+    assert not (installed / "uv.lock").exists()
+    out = tmp_path / "gate-bundle.tar.gz"
+    proc = _run([sys.executable, "-m", "gpupool.gate.bundle", str(out)], tmp_path, installed)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with tarfile.open(out) as tar:
+        names = tar.getnames()
+    assert "lib/gpupool/gate/boot.py" in names
+    assert not [n for n in names if n.startswith("lib/gpupool/share/")]
+    dists = {top.removesuffix(".dist-info") for n in names
+             if (top := n.split("/")[1]).endswith(".dist-info")}
+    packed = {(canonicalize_name(d.rsplit("-", 1)[0]), d.rsplit("-", 1)[1]) for d in dists}
+    locked = {(canonicalize_name(r.split("==")[0]), r.split("==")[1])
+              for r in bundle.requirements()}
+    assert packed == locked

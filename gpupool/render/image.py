@@ -26,7 +26,7 @@ PLAYBOOK = "playbooks/burst_image.yml"
 # copies gpupool/onhost/spot_watch.py from next to the roles). `make burst-image-artifact`
 # packs them; an operator uploads the archive to artifact_uri().
 ARTIFACT_PATHS = ("ansible.cfg", "playbooks", "roles", "gpupool/onhost")
-# Packed beside them by `make burst-image-artifact` (scripts/gate_bundle.py, not tracked):
+# Packed beside them by `make burst-image-artifact` (gpupool.gate.bundle, not tracked):
 # the acceptance gate the image's boot runs, where roles/acceptance_gate looks for it.
 GATE_BUNDLE = ".cache/gate-bundle.tar.gz"
 ARTIFACT_KEY = "gpupool/burst-image/gpupool-image.tar.gz"

@@ -1,0 +1,194 @@
+"""Pack the acceptance gate for the nodes: gpupool's package and what `gpupool[gate]`
+installs (its base dependencies and the `gate` extra), installed for the nodes' Python
+(Debian 12's CPython 3.11 on x86_64), as one archive that roles/acceptance_gate unpacks on
+GPU nodes and on the burst image. The node then needs no package index: its gate runs as
+
+    PYTHONPATH=<dir>/lib python3 -m gpupool.gate.boot ...
+
+The versions: uv.lock's in a checkout; from an installed gpupool (a pool project made by
+`gpupool init`), gpupool's declared requirements resolved under the versions this
+environment runs, so the nodes' gate has the control host's pydantic, pytest and testinfra.
+The archive is deterministic (sorted members, fixed times, owners and modes), so the same
+inputs pack the same bytes and the role's unpacking stays idempotent.
+
+Usage: python -m gpupool.gate.bundle OUT.tar.gz   (run by the role on the Ansible
+controller, with Ansible's own Python). Needs uv on PATH (scripts/bootstrap.sh installs
+it; `pip install uv` elsewhere); the package index only where uv's cache lacks a wheel.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+from packaging.requirements import Requirement  # with Ansible on every controller
+
+from gpupool.paths import PROJECT_ROOT
+
+PACKAGE = Path(__file__).resolve().parent.parent  # gpupool itself, checkout or installed
+LOCK = PROJECT_ROOT / "uv.lock"  # a checkout's; an installed gpupool has none beside it
+EXTRA = "gate"
+PYTHON_VERSION, PLATFORM = "3.11", "x86_64-manylinux_2_28"
+# The markers of the nodes' Python (requirements' environment markers are read for it).
+NODE_MARKERS = {"python_version": PYTHON_VERSION, "python_full_version": f"{PYTHON_VERSION}.2",
+                "sys_platform": "linux", "platform_system": "Linux",
+                "platform_machine": "x86_64", "os_name": "posix",
+                "implementation_name": "cpython", "platform_python_implementation": "CPython"}
+# Not packed: caches, and an installed gpupool's share/ (roles, playbooks: the controller's).
+SKIP = ("__pycache__", ".pyc", ".lock")
+SKIP_TOP = ("share",)
+INSTALL_TIMEOUT_S = 600
+
+
+class BundleError(RuntimeError):
+    """The gate could not be packed; the message says why."""
+
+
+def requirements() -> list[str]:
+    """What the archive installs: name==version for `gpupool[gate]` and everything it
+    requires on Linux, from uv.lock in a checkout; else gpupool's declared requirements
+    (resolved by uv under constraints())."""
+    return _locked() if LOCK.is_file() else _declared()
+
+
+def _locked() -> list[str]:
+    lock = tomllib.loads(LOCK.read_text())
+    packages = {p["name"]: p for p in lock["package"]}
+    own = next(p for p in lock["package"] if p.get("source", {}).get("editable") == "."
+               or p["name"] == "gpupool")
+    direct = [*own.get("dependencies", []), *own["optional-dependencies"][EXTRA]]
+    wanted, todo = set(), [d["name"] for d in direct]
+    while todo:
+        name = todo.pop()
+        if name in wanted:
+            continue
+        wanted.add(name)
+        todo += [d["name"] for d in packages[name].get("dependencies", [])
+                 if "win32" not in d.get("marker", "")]
+    return sorted(f"{n}=={packages[n]['version']}" for n in wanted)
+
+
+def _declared() -> list[str]:
+    declared = [Requirement(r) for r in metadata.requires("gpupool") or []]
+    return sorted(str(r).split(";")[0].strip() for r in declared if r.marker is None
+                  or any(r.marker.evaluate({**NODE_MARKERS, "extra": e}) for e in ("", EXTRA)))
+
+
+def constraints() -> list[str]:
+    """Without a lock: the versions this environment runs, which the resolution keeps."""
+    if LOCK.is_file():
+        return []
+    return sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()
+                   if d.metadata["Name"] and d.metadata["Name"] != "gpupool"})
+
+
+def _members(top: Path) -> list[tuple[Path, str]]:
+    return sorted((p, str(p.relative_to(top.parent))) for p in top.rglob("*")
+                  if p.is_file() and not any(s in p.name or s in p.parts for s in SKIP))
+
+
+def _source() -> list[tuple[Path, str]]:
+    """gpupool's own files, as the archive names them (gpupool/...)."""
+    return [(p, n) for p, n in _members(PACKAGE) if n.split("/")[1] not in SKIP_TOP]
+
+
+def _inputs_digest(wanted: list[str]) -> str:
+    """The requirements (and constraints), the target Python and platform, and gpupool's
+    source files."""
+    h = hashlib.sha256("\n".join([*wanted, PYTHON_VERSION, PLATFORM, ""]).encode())
+    for path, name in _source():
+        data = path.read_bytes()
+        h.update(f"{name}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+def pack(lib: Path, out: Path) -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path, name in _members(lib):
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.uid, info.gid = path.stat().st_size, 0, 0, 0
+            info.mode = 0o755 if os.access(path, os.X_OK) else 0o644
+            with path.open("rb") as f:
+                tar.addfile(info, f)
+    # A temporary name of this run's own: two plays packing at once (a site run beside an
+    # onboarding) must not write into one file; each renames whole bytes into place.
+    fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+            gz.write(buf.getvalue())
+        tmp.chmod(0o644)
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def install(wanted: list[str], pinned: list[str], lib: Path) -> None:
+    """uv installs wanted (under the constraints pinned) for the nodes' Python into lib."""
+    uv = shutil.which("uv")
+    if uv is None:
+        raise BundleError("uv is not on PATH: the gate is packed with uv (pip install uv)")
+    req, con = lib.parent / "requirements.txt", lib.parent / "constraints.txt"
+    req.write_text("\n".join(wanted) + "\n")
+    con.write_text("\n".join(pinned) + "\n")
+    argv = [uv, "pip", "install", "--quiet", "--only-binary", ":all:", "--target", str(lib),
+            "--python-version", PYTHON_VERSION, "--python-platform", PLATFORM, "--no-compile",
+            "-r", str(req), *(["-c", str(con)] if pinned else ["--no-deps"])]
+    # uv's cache already holds these wheels wherever scripts/bootstrap.sh synced the venv
+    # from the same uv.lock: no network then. The index only when it does not.
+    if subprocess.run([*argv, "--offline"], timeout=INSTALL_TIMEOUT_S, check=False,
+                      capture_output=True).returncode == 0:
+        return
+    done = subprocess.run(argv, timeout=INSTALL_TIMEOUT_S, check=False, capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        raise BundleError(f"uv could not install the gate's packages: {done.stderr.strip()}")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__.split("\n\n")[-2], file=sys.stderr)
+        return 2
+    out = Path(argv[0]).resolve()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        wanted, pinned = requirements(), constraints()
+        # What the archive is made of, and the archive itself, recorded beside it: the same
+        # inputs pack the same bytes, so every play after the first (a re-run, each
+        # onboarding) skips the install and the packing (about 4 s) while the archive is
+        # still that one.
+        stamp = out.with_name(out.name + ".stamp")
+        inputs = _inputs_digest([*wanted, "--", *pinned])
+        if out.is_file() and stamp.is_file() and stamp.read_text().split() == [
+                inputs, hashlib.sha256(out.read_bytes()).hexdigest()]:
+            return 0
+        with tempfile.TemporaryDirectory() as tmp:
+            lib = Path(tmp) / "lib"
+            install(wanted, pinned, lib)
+            # gpupool itself as source: the gate is this gpupool's, at its commit.
+            for path, name in _source():
+                dest = lib / name
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(path.read_bytes())
+            pack(lib, out)
+        stamp.write_text(f"{inputs} {hashlib.sha256(out.read_bytes()).hexdigest()}\n")
+    except (BundleError, OSError, subprocess.TimeoutExpired) as err:
+        print(f"gpupool.gate.bundle: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
