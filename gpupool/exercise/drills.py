@@ -50,11 +50,20 @@ def convention_step(command: str) -> str:
     lets the command save, and hands a preempted job back to the queue at once
     (PreemptTime set), which frees its GPUs without waiting for GraceTime; a cancelled job
     just ends. Slurm 22.05 sends a preemption's SIGTERM to the job's steps, not to its batch
-    shell: a trap there fires only at the kill, GraceTime later (measured on the lab)."""
-    return f"""srun bash -c '{command} & pid=$!
-trap "kill -TERM $pid; wait $pid; scontrol show job $SLURM_JOB_ID | grep -q PreemptTime=None \\
-  || scontrol requeue $SLURM_JOB_ID; exit 0" TERM
-wait $pid'
+    shell: a trap there fires only at the kill, GraceTime later (measured on the lab).
+
+    The step's trap is set before the command starts. A step the signal ends before its
+    trap is set (a job preempted just as it starts) exits 143, and the batch shell, which
+    the signal did not reach, hands the job back instead: otherwise it ends FAILED (a
+    saturated replay once ended with 1 job of 24 failed, which this window explains; the
+    job's state was not kept)."""
+    requeue = ("scontrol show job $SLURM_JOB_ID | grep -q PreemptTime=None"
+               " || scontrol requeue $SLURM_JOB_ID")
+    # In the trap's double quotes, \\$ defers each expansion to when the trap runs.
+    deferred = requeue.replace("$", "\\$")
+    return f"""srun bash -c 'trap "kill -TERM \\$pid 2>/dev/null; wait; {deferred}; exit 0" TERM
+{command} & pid=$!
+wait $pid' || {{ rc=$?; {requeue}; exit $rc; }}
 """
 
 
