@@ -102,27 +102,31 @@ class SlurmLab:
 
     def reset_usage(self, accounts: list[str]) -> None:
         """Forget the accounts' fairshare history (what earlier jobs, drills or replays left),
-        and wait until sshare shows every row of them at zero."""
-        names = ",".join(accounts)
-        self.sh(f"sacctmgr -i modify account name={names} set RawUsage=0")
+        and wait until sshare shows every row of them at zero.
+
+        Only rows with usage are reset. slurmdbd hands a reset to slurmctld some time after
+        sacctmgr returns; a reset of a row already at zero cannot be seen arriving, and one
+        that arrives after the next job ends wipes that job's usage (which explains the
+        rebuild test once waiting 180 s in vain for a finished job's usage). A row seen going
+        from its usage to zero is a reset that has arrived."""
 
         def used() -> list[tuple[str, str]]:
             """(account, user) rows of these accounts with usage; user empty: the account."""
             rows = (line.split("|") for line in
                     self.sh("sshare -n -P -a -o Account,User,RawUsage").splitlines())
             return [(account.strip(), user.strip()) for account, user, usage in rows
-                    if account.strip() in accounts and float(usage) != 0]
+                    if account.strip() in accounts and float(usage or 0) != 0]
 
-        # Every user's association too: a team member's job (the SSH proof in
-        # tests/integration/test_roles.py runs one) leaves usage root's reset would not clear.
-        for account, user in used():
-            if user:
-                self.sh(f"sacctmgr -i modify user name={user} account={account} set RawUsage=0")
-
-        def cleared() -> bool:
-            return not used()
-
-        wait_for("the accounts' usage reset", cleared, 30)
+        # Accounts first (a reset may take their users' usage with it), then whatever user
+        # row still has usage: a team member's job (the SSH proof in
+        # tests/integration/test_roles.py runs one) may leave usage an account's reset does
+        # not clear. One kind at a time, so every reset sent is one seen arriving.
+        for kind in ("account", "user"):
+            pending = [(a, u) for a, u in used() if bool(u) == (kind == "user")]
+            for account, user in pending:
+                who = f"user name={user} account={account}" if user else f"account name={account}"
+                self.sh(f"sacctmgr -i modify {who} set RawUsage=0")
+            wait_for(f"the {kind} usage reset", lambda p=pending: not set(p) & set(used()), 30)
 
     def cancel_all(self) -> None:
         # A job that requeues itself on SIGTERM (the job convention) comes back pending
@@ -163,8 +167,18 @@ def ready(desc: Description) -> SlurmLab:
     have = set(s.sh("sacctmgr -n -P show assoc user=root format=account").split())
     if missing := set(desc.teams) - have:
         raise SlurmLabError(f"root is not in the team accounts {sorted(missing)}")
-    wait_for("on-prem nodes idle", lambda: all(
-        s.node_states().get(n) == "idle" for n in onprem_nodes(desc)), 90)
+
+    def idle() -> bool:
+        try:
+            states = s.node_states()
+        except SlurmLabError as err:
+            # A controller starting or taking control back answers nothing for a while.
+            if "Unable to contact slurm controller" in str(err):
+                return False
+            raise
+        return all(states.get(n) == "idle" for n in onprem_nodes(desc))
+
+    wait_for("on-prem nodes idle", idle, 90)
     return s
 
 

@@ -18,7 +18,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +30,7 @@ from gpupool.lab import hosts as labmod
 from gpupool.lab import slurm_cluster
 from gpupool.paths import ANSIBLE_CONFIG
 from gpupool.spec import loader
+from gpupool.spec.facts import controllers
 from gpupool.spec.model import Description
 from tests.conftest import ROOT, lab_description
 
@@ -181,3 +182,46 @@ def site(lab: labmod.LabState, lab_desc: Description) -> SiteRuns:
                         if m[1] != "total"} for k, r in runs.items()}},
         f"pytest -m integration {bench.site_lab.TEST}")
     return SiteRuns(first, second, check, before)
+
+
+
+# What the lab's scheduler looked like when a test using it failed, in that test's report:
+# CI keeps only the report, and the lab is gone by the time anyone reads it.
+SNAPSHOT = ("scontrol ping", "sinfo -N -h -o '%N %T %E'", "squeue -h -o '%i %T %r'",
+            "sshare -n -P -a -o Account,User,RawUsage",
+            "systemctl is-active slurmctld slurmdbd munge",
+            "journalctl -u slurmctld --no-pager -n 25 -o short-monotonic")
+SNAPSHOTS_TAKEN: list[str] = []
+
+
+def scheduler_snapshot(desc: Description) -> str:
+    """SNAPSHOT's answers on each controller host still running; bounded, never raises."""
+    running = labmod.podman("ps", "--format", "{{.Names}}", check=False, timeout=30).stdout
+    lines = []
+    for node in controllers(desc):
+        if labmod.container_name(desc, node) not in running.split():
+            lines.append(f"## {node}: not running")
+            continue
+        for cmd in SNAPSHOT:
+            try:
+                out = labmod.exec_(desc, node, ["bash", "-c", cmd], timeout=20)
+                lines.append(f"## {node}: {cmd}\n{out.stdout}{out.stderr}")
+            except subprocess.TimeoutExpired:
+                lines.append(f"## {node}: {cmd}: no answer within 20 s")
+    return "\n".join(lines)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    desc = getattr(item, "funcargs", {}).get("lab_desc")
+    # The first few failures only: a module's fixture failing fails each of its tests.
+    if report.failed and isinstance(desc, Description) and len(SNAPSHOTS_TAKEN) < 3:
+        SNAPSHOTS_TAKEN.append(item.nodeid)
+        try:
+            snapshot = scheduler_snapshot(desc)
+        except (OSError, subprocess.SubprocessError) as err:
+            snapshot = f"no snapshot: {err}"
+        report.sections.append(("the lab's scheduler at the failure", snapshot))
+    return report
