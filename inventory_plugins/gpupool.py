@@ -79,7 +79,7 @@ class InventoryModule(BaseInventoryPlugin):
             desc, conn = connection.load(self.get_option("stack"), root)
         except DescriptionError as exc:
             raise AnsibleParserError(f"invalid: {exc}") from None
-        self._add_group("all", build(desc, connection=conn)["all"])
+        self._add_group("all", build(desc, connection=conn, cache_dir=root / ".cache")["all"])
 
     def _add_group(self, name: str, data: dict[str, Any]) -> None:
         """One group of the YAML inventory structure, as Ansible's yaml plugin reads it."""

@@ -11,6 +11,7 @@ sys.path, so nothing below can reach the checkout's own files.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -90,13 +91,23 @@ def test_a_project_outside_the_checkout_works_from_the_installed_wheel(
         proc = _run([str(BIN / "ansible-playbook"), "--syntax-check",
                      str(share / "playbooks" / playbook)], project, installed)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-    # A play runs under the wheel's strategy plugin (Mitogen's, with this venv's Mitogen).
+    # A play runs under the wheel's strategy plugin (Mitogen's, with this venv's Mitogen),
+    # and what the roles make on the control host goes to the project's .cache, not into
+    # the installed package.
     play = tmp_path / "ping.yml"
-    play.write_text("- hosts: localhost\n  gather_facts: false\n  tasks:\n"
-                    "    - ansible.builtin.ping:\n")
+    defaults = [str(share / "roles" / r / "defaults" / "main.yml")
+                for r in ("acceptance_gate", "admission")]
+    play.write_text(json.dumps([{
+        "hosts": "localhost", "gather_facts": False, "vars_files": defaults, "tasks": [
+            {"ansible.builtin.ping": None},
+            {"ansible.builtin.debug": {"msg": "made: {{ acceptance_gate_bundle }} "
+                                              "{{ admission_report_dir }}"}}]}]))
     proc = _run([str(BIN / "ansible-playbook"), str(play)], project, installed)
-    assert proc.returncode == 0 and "ok=1" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "ok=2" in proc.stdout, proc.stdout + proc.stderr
     assert "Mitogen is not installed" not in proc.stdout + proc.stderr
+    made = re.search(r"made: (\S+)\s+(\S+?)['\"]", proc.stdout)
+    assert made and made.groups() == (str(project / ".cache" / "gate-bundle.tar.gz"),
+                                      str(project / ".cache" / "gate")), proc.stdout
 
 
 def test_the_gate_bundle_packs_from_the_installed_wheel(installed: Path, tmp_path: Path) -> None:

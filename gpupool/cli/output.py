@@ -51,9 +51,9 @@ OURS = (HEADER, "# Rendered by gpupool")
 HEADER_PROBE_BYTES = 256
 
 
-def project_cache(args: Any, name: str) -> Path:
-    """A verb's default output under the pool project's .cache (the working folder's with
-    --file and no project), wherever in the project the command runs from."""
+def project_cache(args: Any, name: str = "") -> Path:
+    """The pool project's .cache (the working folder's with --file and no project), or a
+    verb's default output `name` in it, wherever in the project the command runs from."""
     return (getattr(args, "project_root", None) or Path.cwd()) / ".cache" / name
 
 

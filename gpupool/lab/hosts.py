@@ -537,7 +537,7 @@ def write_inventory(desc: Description, mirror_key: str) -> Path:
         # Ansible Vault); the inventory beside it is no more public.
         "controller_backup_upload": False,
         "controller_backup_key": ensure_backup_key(desc).read_text().strip(),
-    })
+    }, cache_dir=cache_dir())
     path = inventory_path(desc)
     text = "# Written by `gpupool lab up`; regenerated on every run.\n" + ansible_yaml.dump(inv)
     if not path.exists() or path.read_text() != text:

@@ -7,6 +7,7 @@ Group names use underscores because Ansible rejects '-' in them.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from gpupool.render import cloud, flows, node_labels, scheduling, slurm
@@ -116,10 +117,16 @@ def host_vars(desc: Description, name: str, places: dict[str, Any] | None = None
 
 
 def build(desc: Description, extra_vars: dict[str, Any] | None = None,
-          connection: Connection | None = None) -> dict[str, Any]:
+          connection: Connection | None = None, cache_dir: Path | None = None
+          ) -> dict[str, Any]:
     """An inventory in Ansible's YAML inventory format; connection settings (the stack
-    config's, gpupool/spec/connection.py) go to `all` and to the site_* groups."""
+    config's, gpupool/spec/connection.py) go to `all` and to the site_* groups. cache_dir,
+    the pool project's .cache, is where the roles keep what they make on the control host
+    (`gpupool_cache_dir`): an installed gpupool's playbooks live inside the package, where
+    nothing should be written."""
     connection = connection or Connection()
+    if cache_dir is not None:
+        extra_vars = {"gpupool_cache_dir": str(cache_dir), **(extra_vars or {})}
     groups: dict[str, set[str]] = {}
     places = rack_places(desc)
     sources = flows.segment_sources(desc)

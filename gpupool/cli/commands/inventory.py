@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from gpupool.cli.output import EXIT_OK, HEADER, busy, err, write_file
+from gpupool.cli.output import EXIT_OK, HEADER, busy, err, project_cache, write_file
 from gpupool.cli.registry import command
 from gpupool.render import ansible_yaml, inventory
 from gpupool.spec.model import Description
@@ -26,7 +26,7 @@ def cmd_inventory(args: argparse.Namespace, desc: Description) -> int:
     # The stack config's connection settings (none with --file); the inventory plugin
     # (inventory_plugins/gpupool.py) builds the same.
     with busy(f"building the inventory of {len(desc.nodes)} nodes"):
-        inv = inventory.build(desc, connection=args.connection)
+        inv = inventory.build(desc, connection=args.connection, cache_dir=project_cache(args))
         text = (json.dumps(inv, indent=2, sort_keys=True) + "\n" if args.json
                 else ansible_yaml.dump(inv))
     if args.output:
