@@ -238,9 +238,20 @@ def test_main_says_why_nothing_was_judged(tmp_path: Path, caplog: pytest.LogCapt
         "interactive": {"after_s": 600, "warn_s": 60, "action": "cancel",
                         "threshold_percent": 0}}}))
     monkeypatch.setattr(ir, "run_command", FakeSlurm(f"41|interactive|v|{START}\n"))
-    assert ir.main(["--config", str(config), "--state", str(state)]) == 1
+    prom = tmp_path / "idle.prom"
+    args = ["--config", str(config), "--state", str(state), "--textfile", str(prom)]
+    assert ir.main(args) == 1
     assert "nothing judged this time: Prometheus http://127.0.0.1:9" in caplog.text
     assert not state.exists()
+    # What the IdleReclaimNotRunning alert reads: this run judged nothing, none ever did.
+    assert "gpupool_idle_reclaim_up 0.0" in prom.read_text()
+    assert "gpupool_idle_reclaim_last_success_seconds 0.0" in prom.read_text()
+    # A run that judges (here: no class declares a rule) says so, and the time is kept.
+    config.write_text(json.dumps({"prometheus": "http://127.0.0.1:9", "classes": {}}))
+    assert ir.main(args) == 0
+    last = json.loads(state.read_text())["last_success"]
+    assert last > 0 and "gpupool_idle_reclaim_up 1.0" in prom.read_text()
+    assert ir.read_state(str(state))["last_success"] == last
     config.write_text("[]")
     assert ir.main(["--config", str(config), "--state", str(state)]) == 2
     assert ir.main(["--config", str(tmp_path / "missing"), "--state", str(state)]) == 2

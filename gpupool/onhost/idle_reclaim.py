@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import re
 import subprocess
@@ -48,7 +49,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, write_to_textfile
+from prometheus_client import CollectorRegistry, Counter, Gauge, write_to_textfile
 
 log = logging.getLogger("gpupool-idle-reclaim")
 
@@ -259,10 +260,18 @@ def read_state(path: str) -> dict[str, Any]:
         raw = data.get(key)
         return {k: v for k, v in raw.items() if isinstance(v, kind) and not isinstance(v, bool)
                 } if isinstance(raw, dict) else {}
-    return {"warned": entries("warned", (int, float)), "counts": entries("counts", int)}
+    state: dict[str, Any] = {"warned": entries("warned", (int, float)),
+                             "counts": entries("counts", int)}
+    last = data.get("last_success")
+    if isinstance(last, (int, float)) and not isinstance(last, bool) and math.isfinite(last):
+        state["last_success"] = float(last)
+    return state
 
 
-def write_textfile(path: str, counts: dict[str, int]) -> None:
+def write_textfile(path: str, counts: dict[str, int], up: bool = True,
+                   last_success: float = 0.0) -> None:
+    """The steps taken, and whether this run judged the jobs (up) and when one last did:
+    the IdleReclaimNotRunning alert reads those two."""
     registry = CollectorRegistry()
     total = Counter("gpupool_idle_reclaim", "Idle-GPU reclaim steps taken, per class and team",
                     ["class", "team", "step"], registry=registry)
@@ -270,6 +279,10 @@ def write_textfile(path: str, counts: dict[str, int]) -> None:
         klass, team, step = [*key.split("|"), "", "", ""][:3]
         if step in STEPS:
             total.labels(klass, team, step).inc(n)
+    Gauge("gpupool_idle_reclaim_up", "1 when the last run judged the jobs, 0 when Slurm or "
+          "Prometheus did not answer it", registry=registry).set(1.0 if up else 0.0)
+    Gauge("gpupool_idle_reclaim_last_success_seconds", "When a run last judged the jobs",
+          registry=registry).set(last_success)
     write_to_textfile(path, registry)
 
 
@@ -291,15 +304,23 @@ def main(argv: list[str] | None = None) -> int:
         log.error("configuration %s: %s", args.config, e)
         return 2
     state = read_state(args.state)
+    now, failed = time.time(), None
     if rules:
         try:
-            state = reclaim(rules, state, run_command, prometheus_query(url), time.time())
+            state = reclaim(rules, state, run_command, prometheus_query(url), now)
         except Unavailable as e:
-            log.error("nothing judged this time: %s", e)
-            return 1
+            failed = e
+    if failed is None:
+        state["last_success"] = now
         write_state(args.state, state)
     if args.textfile:
-        write_textfile(args.textfile, state.get("counts", {}))
+        write_textfile(args.textfile, state.get("counts", {}), up=failed is None,
+                       last_success=state.get("last_success", 0.0))
+    if failed is not None:
+        # Exit 1: the unit tries again shortly (a controller restarting answers nothing
+        # for a few seconds); the textfile's up=0 is what on-call is alerted on.
+        log.error("nothing judged this time: %s", failed)
+        return 1
     return 0
 
 
