@@ -38,7 +38,7 @@ _POLICY = {"jobs": int, "completed": int, "capacity_gpus": int, "saturated_s": i
            "first_start_s": (float, None), "preemptions_and_requeues": int,
            "work_lost_gpu_s": float, "work_lost_share": float,
            "work_lost_per_preemption_s": (float, None), "failed_share": float,
-           "not_runnable": int}
+           "not_runnable": int, "waited_on?": {str: {str: int}}}
 _TARGET = {"target": str, "value": (float, None, [(float, None)]), "met": (bool, None),
            "why": str}
 SHAPE = {str: {"arguments": [str], "trace": str, "jobs": int, "speedup": float,

@@ -79,6 +79,31 @@ def test_targets_say_met_missed_or_no_evidence_and_why() -> None:
     assert "never reached" in none[0]["why"] and "no preemption" in none[2]["why"]
 
 
+def test_squeue_says_which_replay_jobs_are_left_and_what_the_pending_ones_wait_on() -> None:
+    out = ("r1-gpupool-a|RUNNING|None\nr1-gpupool-b|PENDING|Resources\n"
+           "r1-gpupool-c|PENDING|BeginTime\nr1-gpupool-d|PENDING|None\n"
+           "r1-gpupool-e|PENDING|AssocGrpGRES\nr0-gpupool-f|PENDING|Priority\nother|PENDING|\n")
+    assert replay_run.queued(out, "r1-gpupool-") == (5, {"b": "Resources", "e": "AssocGrpGRES"})
+    assert replay_run.queued("", "r1-gpupool-") == (0, {})
+
+
+def test_what_jobs_waited_on_is_counted_per_class_and_explains_a_missed_target() -> None:
+    demands = [replay.Demand("a", "interactive", 1, 0, 5),
+               replay.Demand("b", "interactive", 1, 0, 5), replay.Demand("c", "training", 2, 0, 5)]
+    runs = [run("a", "interactive", 1, 9, 14), run("b", "interactive", 1, 20, 25),
+            run("c", "training", 2, 0, 5)]
+    waited = {"a": {"Resources": 3}, "b": {"Resources": 2, "AssocGrpGRES": 9},
+              "c": {"Priority": 1}, "gone": {"Priority": 4}}
+    m = replay.metrics(runs, demands, 4, waited_on=waited)
+    assert m["waited_on"] == {"interactive": {"Resources": 2, "AssocGrpGRES": 1},
+                              "training": {"Priority": 1}}
+    assert replay.metrics(runs, demands, 4)["waited_on"] == {}
+    why = next(t["why"] for t in replay.targets({"gpupool": m}, "interactive", 2, 0.1)
+               if t["target"].startswith("interactive p95"))
+    assert why.startswith("p95 ") and "interactive jobs waited on: no GPUs free" in why
+    assert "(Resources, 2 jobs)" in why and "GPU quota plus borrowing (AssocGrpGRES, 1 job)" in why
+
+
 def test_the_report_has_targets_cdfs_and_trace_time(tmp_path: Path) -> None:
     demands = [replay.Demand("a", "training", 2, 0, 10), replay.Demand("d", "interactive", 1, 2, 5)]
     runs = [run("a", "training", 2, 0, 10), run("d", "interactive", 1, 10, 15)]
@@ -91,6 +116,7 @@ def test_the_report_has_targets_cdfs_and_trace_time(tmp_path: Path) -> None:
                              {p: 0.0 for p in metrics}).read_text()
     assert "## Targets" in md and "| makespan in trace time (s) | 30.0 | 30.0 |" in md
     assert "| wait p50 / p95 (s), team vision |" in md
+    assert "jobs held back" not in md  # nothing was seen waiting
     for png in ("utilization.png", "waits.png"):
         assert (tmp_path / png).stat().st_size > 0
     assert json.loads((tmp_path / "replay.json").read_text())["targets"] == result["targets"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import shlex
 import time
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -166,6 +167,25 @@ def parse_runs(sacct_out: str, prefix: str, jobs: dict[str, TraceJob]) -> list[R
     return runs
 
 
+# squeue's reasons that say nothing about the policy: not eligible yet (the trace's
+# arrival time, sbatch --begin), or not looked at by the scheduler yet.
+NOT_WAITING = frozenset({"BeginTime", "None"})
+
+
+def queued(squeue_out: str, prefix: str) -> tuple[int, dict[str, str]]:
+    """This replay's jobs in `squeue -h -o '%j|%T|%r'` output: how many are still queued or
+    running, and what each pending one waits on (its reason), but for NOT_WAITING."""
+    left, reasons = 0, {}
+    for line in squeue_out.splitlines():
+        name, state, reason = [*line.split("|", 2), "", ""][:3]
+        if not name.startswith(prefix):
+            continue
+        left += 1
+        if state == "PENDING" and reason not in NOT_WAITING:
+            reasons[name.removeprefix(prefix)] = reason
+    return left, reasons
+
+
 def unfinished(runs: list[Run], jobs: dict[str, TraceJob]) -> list[str]:
     """Jobs whose accounting is not final yet: no record at all, or a last record (sacct
     lists a job's records oldest first) that is not in a final state with its end time."""
@@ -236,13 +256,15 @@ def run_key() -> str:
 
 def replay_once(ctx: Context, policy: str, trace: list[TraceJob], *, speedup: float,
                 timeout_s: float, report: Callable[[str], None], run: str,
-                saved: str | None = None) -> tuple[list[Run], list[Demand]]:
-    """Replay the trace under one policy (saved: as use_policy takes it). The figures
-    returned are final before this returns: the next policy's restart of slurmctld cannot
-    rewrite them."""
+                saved: str | None = None
+                ) -> tuple[list[Run], list[Demand], dict[str, dict[str, int]]]:
+    """Replay the trace under one policy (saved: as use_policy takes it). Returns the runs,
+    the demands and what each job was seen pending for (job -> reason -> samples, one
+    sample per poll while it waited). The figures returned are final before this returns:
+    the next policy's restart of slurmctld cannot rewrite them."""
     s = ctx.slurm
     if not trace:  # nothing this policy can run: no figures to wait for
-        return [], []
+        return [], [], {}
     use_policy(s, policy, saved)
     prefix = f"{run}-{policy}-"
     s.sh(f"rm -rf {ctx.root}/.gpupool/replay && mkdir -p {ctx.root}/.gpupool/replay")
@@ -258,11 +280,18 @@ def replay_once(ctx: Context, policy: str, trace: list[TraceJob], *, speedup: fl
     s.write("/var/lib/gpupool/jobs/replay-submit.sh", "set -e\n" + "\n".join(lines))
     s.sh("bash /var/lib/gpupool/jobs/replay-submit.sh >/dev/null", timeout=300)
     report(f"{policy}: {len(trace)} jobs submitted")
-    wait_for(f"{policy}: every job finished", lambda: int(s.sh(
-        f"squeue -h -o %j | grep -c '^{prefix}'; true").strip() or 0) == 0, timeout_s)
+    waited_on: dict[str, Counter[str]] = defaultdict(Counter)
+
+    def finished() -> bool:
+        left, reasons = queued(s.sh("squeue -h -o '%j|%T|%r'"), prefix)
+        for job, reason in reasons.items():
+            waited_on[job][reason] += 1
+        return left == 0
+
+    wait_for(f"{policy}: every job finished", finished, timeout_s)
     jobs = {j.job_id: j for j in trace}
     runs = collect(s, since, prefix, jobs)
     demands = [Demand(j.job_id, j.task_class, j.gpus, t0 + j.submit_s / speedup,
                       max(MIN_JOB_S, j.duration_s / speedup)) for j in trace]
     report(f"{policy}: done in {time.time() - t0:.0f}s")
-    return runs, demands
+    return runs, demands, {j: dict(c) for j, c in waited_on.items()}

@@ -80,10 +80,24 @@ def _quantiles(values: list[float], scale: float = 1.0) -> dict[str, Any]:
             "p95": round(percentile(values, 95) * scale, 2), "n": len(values)}
 
 
+def waited_on_by_class(demands: list[Demand], waited_on: dict[str, dict[str, int]]
+                       ) -> dict[str, dict[str, int]]:
+    """Per class, how many of its jobs Slurm was seen holding back for each reason
+    (squeue's: Resources, Priority, AssocGrpGRES...); a job counts once per reason."""
+    out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for d in demands:
+        for reason in waited_on.get(d.job, {}):
+            out[d.task_class][reason] += 1
+    return {c: dict(sorted(r.items(), key=lambda kv: (-kv[1], kv[0])))
+            for c, r in sorted(out.items())}
+
+
 def metrics(runs: list[Run], demands: list[Demand], capacity: int,
-            speedup: float = 1.0) -> dict[str, Any]:
+            speedup: float = 1.0, waited_on: dict[str, dict[str, int]] | None = None
+            ) -> dict[str, Any]:
     """The policy's figures from its runs. speedup: how much faster than the trace the
-    replay ran; trace-time figures are the wall-time ones times it."""
+    replay ran; trace-time figures are the wall-time ones times it. waited_on: what each
+    job was seen pending for (replay_run.replay_once)."""
     by_job: dict[str, list[Run]] = defaultdict(list)
     for r in runs:
         by_job[r.job].append(r)
@@ -133,11 +147,26 @@ def metrics(runs: list[Run], demands: list[Demand], capacity: int,
         "work_lost_per_preemption_s": (round(sum(redone.values()) / interruptions, 2)
                                        if interruptions else None),
         "failed_share": round(len(failed) / len(demands), 4) if demands else 0.0,
+        "waited_on": waited_on_by_class(demands, waited_on or {}),
     }
 
 
 TARGET_UTILIZATION = 0.9
 SCHED_CYCLES = 2  # interactive p95 wait within this many scheduling cycles
+# What squeue's pending reasons mean for a job of the top class (squeue(1), JOB REASON
+# CODES); a reason not here is quoted as Slurm gives it.
+REASONS = {
+    "Resources": "no GPUs free that it may take (busy with work it does not preempt)",
+    "Priority": "behind jobs of higher priority",
+    "AssocGrpGRES": "its team at its GPU quota plus borrowing",
+    "QOSGrpGRES": "its class at its QOS's GPU limit",
+    "ReqNodeNotAvail": "the nodes it may use were down, drained or reserved",
+}
+
+
+def _waited_on(reasons: dict[str, int], cls: str) -> str:
+    return f"{cls} jobs waited on: " + "; ".join(
+        f"{REASONS.get(r, r)} ({r}, {n} job{'s' * (n != 1)})" for r, n in reasons.items())
 
 
 def targets(policies: dict[str, dict[str, Any]], top_class: str, sched_interval_s: float,
@@ -168,10 +197,12 @@ def targets(policies: dict[str, dict[str, Any]], top_class: str, sched_interval_
                             "as well")})
     p95 = g["wait_s"].get(top_class, {}).get("p95")
     bound = SCHED_CYCLES * sched_interval_s
+    seen = g.get("waited_on", {}).get(top_class)
     out.append({"target": f"{top_class} p95 wait within {SCHED_CYCLES} scheduling cycles "
                           f"({bound:g} s)",
                 "value": p95, "met": None if p95 is None else p95 <= bound,
                 "why": (f"no {top_class} job in the trace" if p95 is None else
+                        f"p95 {p95} s; {_waited_on(seen, top_class)}" if seen else
                         f"p95 {p95} s: a job that must preempt waits for its victim to "
                         "save and requeue, then for the scheduling pass after it"
                         if g["preemptions_and_requeues"] else

@@ -89,6 +89,10 @@ def write(out_dir: Path, result: dict[str, Any], runs: dict[str, list[Run]],
             lines.append(f"| wait p50 / p95 (s), {what} {name} | " + " | ".join(
                 "{p50} / {p95}".format(**pol[p][key].get(name, {"p50": "-", "p95": "-"}))
                 for p in pol) + " |")
+    for name in sorted({c for p in pol.values() for c in p.get("waited_on", {})}):
+        lines.append(f"| jobs held back, per reason, class {name} | " + " | ".join(
+            ", ".join(f"{r} {n}" for r, n in pol[p].get("waited_on", {}).get(name, {}).items())
+            or "-" for p in pol) + " |")
     verdicts = {True: "met", False: "missed", None: "no evidence"}
     lines += ["", "## Targets", "", "| target | value | verdict | why |",
               "| --- | --- | --- | --- |"]

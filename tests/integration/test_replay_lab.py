@@ -56,6 +56,8 @@ def test_saturated_alibaba_sample_under_both_policies(tmp_path: Path) -> None:
     per_preemption = next(t for t in run["targets"] if t["target"].startswith("work lost"))
     assert per_preemption["met"] is True, per_preemption
     assert run["policies"]["baseline"]["preemptions_and_requeues"] == 0
+    # A saturated pool held jobs back, and Slurm said why (squeue's reasons, sampled).
+    assert any(g["waited_on"].values()), g
     assert [t["target"] for t in run["targets"]], run
     for name in ("replay.md", "utilization.png", "waits.png", "replay.json"):
         assert (tmp_path / "report" / name).stat().st_size > 0

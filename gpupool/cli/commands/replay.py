@@ -132,11 +132,11 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
             report(f"replaying {len(can)} jobs under {policy}"
                    + (f" ({len(cannot)} wider than it can ever run: not submitted)"
                       if cannot else ""))
-            rs, demands = replay_run.replay_once(ctx, policy, can, speedup=args.speedup,
-                                                 timeout_s=args.timeout, report=report,
-                                                 run=run, saved=saved)
-            runs[policy], metrics[policy] = rs, replay.metrics(rs, demands, capacity,
-                                                               speedup=args.speedup)
+            rs, demands, waited_on = replay_run.replay_once(
+                ctx, policy, can, speedup=args.speedup, timeout_s=args.timeout,
+                report=report, run=run, saved=saved)
+            runs[policy], metrics[policy] = rs, replay.metrics(
+                rs, demands, capacity, speedup=args.speedup, waited_on=waited_on)
             metrics[policy]["not_runnable"] = len(cannot)
             t0[policy] = min((d.eligible for d in demands), default=0.0)
             per_class: dict[str, list[float]] = defaultdict(list)
