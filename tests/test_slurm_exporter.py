@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpupool.gate import health
-from gpupool.onhost import checkpoint_age, controller_backup
+from gpupool.onhost import checkpoint_age, controller_backup, idle_reclaim
 from gpupool.onhost import slurm_exporter as ex
 
 NOW = datetime(2026, 12, 1, 1, 0, 0).timestamp()
@@ -236,6 +236,8 @@ def test_every_series_the_rules_and_dashboard_read_is_served() -> None:
     served |= set(health.SERIES)
     # And the controller's backup timer (role controller_backup) its own.
     served |= set(controller_backup.SERIES)
+    # And the controller's idle-GPU reclaim (role idle_reclaim) its gauges.
+    served |= set(idle_reclaim.SERIES)
     assert read - served == set()
 
 

@@ -268,6 +268,13 @@ def read_state(path: str) -> dict[str, Any]:
     return state
 
 
+PREFIX = "gpupool_idle_reclaim_"
+# The gauges beside the counter (the IdleReclaimNotRunning alert reads them).
+SERIES = {f"{PREFIX}{k}": doc for k, doc in (
+    ("up", "1 when the last run judged the jobs, 0 when Slurm or Prometheus did not answer"),
+    ("last_success_seconds", "When a run last judged the jobs"))}
+
+
 def write_textfile(path: str, counts: dict[str, int], up: bool = True,
                    last_success: float = 0.0) -> None:
     """The steps taken, and whether this run judged the jobs (up) and when one last did:
@@ -279,10 +286,9 @@ def write_textfile(path: str, counts: dict[str, int], up: bool = True,
         klass, team, step = [*key.split("|"), "", "", ""][:3]
         if step in STEPS:
             total.labels(klass, team, step).inc(n)
-    Gauge("gpupool_idle_reclaim_up", "1 when the last run judged the jobs, 0 when Slurm or "
-          "Prometheus did not answer it", registry=registry).set(1.0 if up else 0.0)
-    Gauge("gpupool_idle_reclaim_last_success_seconds", "When a run last judged the jobs",
-          registry=registry).set(last_success)
+    values = {"up": 1.0 if up else 0.0, "last_success_seconds": last_success}
+    for name, doc in SERIES.items():
+        Gauge(name, doc, registry=registry).set(values[name.removeprefix(PREFIX)])
     write_to_textfile(path, registry)
 
 
