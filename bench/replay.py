@@ -41,8 +41,10 @@ _POLICY = {"jobs": int, "completed": int, "capacity_gpus": int, "saturated_s": i
            "not_runnable": int, "waited_on?": {str: {str: int}}}
 _TARGET = {"target": str, "value": (float, None, [(float, None)]), "met": (bool, None),
            "why": str}
+_CLASS = {"jobs": int, "offered_load": float, "alone_wait_s": _WAIT}
 SHAPE = {str: {"arguments": [str], "trace": str, "jobs": int, "speedup": float,
-               "offered_load": float, "policies": {str: _POLICY}, "targets": [_TARGET]}}
+               "offered_load": float, "classes?": {str: _CLASS}, "policies": {str: _POLICY},
+               "targets": [_TARGET]}}
 
 
 def main() -> int:

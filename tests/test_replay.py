@@ -85,6 +85,9 @@ def test_squeue_says_which_replay_jobs_are_left_and_what_the_pending_ones_wait_o
            "r1-gpupool-e|PENDING|AssocGrpGRES\nr0-gpupool-f|PENDING|Priority\nother|PENDING|\n")
     assert replay_run.queued(out, "r1-gpupool-") == (5, {"b": "Resources", "e": "AssocGrpGRES"})
     assert replay_run.queued("", "r1-gpupool-") == (0, {})
+    # Reasons that carry details count by their code: one row per reason, not per node list.
+    detailed = "r1-gpupool-g|PENDING|ReqNodeNotAvail, UnavailableNodes:lab-gpu[1-2]\n"
+    assert replay_run.queued(detailed, "r1-gpupool-") == (1, {"g": "ReqNodeNotAvail"})
 
 
 def test_what_jobs_waited_on_is_counted_per_class_and_explains_a_missed_target() -> None:
@@ -109,14 +112,17 @@ def test_the_report_has_targets_cdfs_and_trace_time(tmp_path: Path) -> None:
     runs = [run("a", "training", 2, 0, 10), run("d", "interactive", 1, 10, 15)]
     metrics = {p: {**replay.metrics(runs, demands, 4, speedup=2.0), "not_runnable": 0}
                for p in ("gpupool", "baseline")}
+    classes = replay.class_figures(demands, 4, 10)
     result = {"trace": "hand-made", "jobs": 2, "speedup": 2.0, "offered_load": 1.6,
-              "policies": metrics, "targets": replay.targets(metrics, "interactive", 2, 0.1)}
+              "classes": classes, "policies": metrics,
+              "targets": replay.targets(metrics, "interactive", 2, 0.1, classes)}
     waits = {p: {"training": [0.0], "interactive": [8.0]} for p in metrics}
     md = replay_report.write(tmp_path, result, {p: runs for p in metrics}, waits,
                              {p: 0.0 for p in metrics}).read_text()
     assert "## Targets" in md and "| makespan in trace time (s) | 30.0 | 30.0 |" in md
     assert "| wait p50 / p95 (s), team vision |" in md
     assert "jobs held back" not in md  # nothing was seen waiting
+    assert "| interactive | 1 | 0.125 | 0.0 / 0.0 |" in md  # 5 GPU-s of 4 GPUs x 10 s
     for png in ("utilization.png", "waits.png"):
         assert (tmp_path / png).stat().st_size > 0
     assert json.loads((tmp_path / "replay.json").read_text())["targets"] == result["targets"]
@@ -269,3 +275,49 @@ def test_a_submission_quotes_what_it_writes() -> None:
     job = trace.TraceJob("a b;id", "vision", "training", 2, 0, 10)
     line = replay_run._submit_line("gpupool", job, "2026-01-01T00:00:00", 1.0, "r-a b;id")
     assert "-J 'r-a b;id' -A vision -p training --requeue --gpus=2" in line
+
+
+def test_what_each_class_asks_of_the_pool_whatever_the_policy() -> None:
+    """Per class: its jobs, offered load, and its waits with the pool to itself, first come
+    first served (three 1-GPU jobs at once on 2 GPUs: the third waits for the first)."""
+    demands = [replay.Demand("a", "interactive", 1, 0, 10),
+               replay.Demand("b", "interactive", 1, 0, 4),
+               replay.Demand("c", "interactive", 1, 0, 6),
+               replay.Demand("d", "deferred", 2, 1, 5)]
+    figures = replay.class_figures(demands, 2, 10)
+    assert figures["interactive"]["jobs"] == 3
+    assert figures["interactive"]["offered_load"] == 1.0  # 20 GPU-s of 2 GPUs x 10 s
+    assert figures["interactive"]["alone_wait_s"] == {"p50": 0.0, "p95": 4.0, "n": 3}
+    assert figures["deferred"] == {"jobs": 1, "offered_load": 0.5,
+                                   "alone_wait_s": {"p50": 0.0, "p95": 0.0, "n": 1}}
+    offered = replay_run.offered([trace.TraceJob("x", "nlp", "deferred", 1, 20.0, 2.0)], 2.0,
+                                 100)
+    assert offered == [replay.Demand("x", "deferred", 1, 110.0, replay_run.MIN_JOB_S)]
+
+
+def test_a_top_class_that_alone_overfills_the_pool_is_said_so_and_judged_against_that() -> None:
+    """The bench's Alibaba window: its interactive pods alone ask for more GPUs than the pool
+    has, so no policy meets the two-cycle target; the reason says so with the wait they
+    would have alone, and a second target judges what the policy adds to that."""
+    g = {**_policy(0.99, 66.0, 5, 0.0), "waited_on": {"interactive": {"Resources": 9}}}
+    crowded = {"interactive": {"jobs": 23, "offered_load": 1.24,
+                               "alone_wait_s": {"p50": 10.0, "p95": 64.0, "n": 23}}}
+    out = {t["target"]: t
+           for t in replay.targets({"gpupool": g}, "interactive", 2, 0.1, crowded)}
+    first = out["interactive p95 wait within 2 scheduling cycles (4 s)"]
+    assert first["met"] is False
+    assert "alone ask for 1.24x the pool's GPUs" in first["why"]
+    assert "their p95 wait would be 64 s" in first["why"]
+    assert "(Resources, 9 jobs)" in first["why"]
+    second = out["interactive p95 wait within 2 scheduling cycles of its wait with the pool "
+                 "to itself (64 + 4 s)"]
+    assert second["met"] is True and second["value"] == [66.0, 64.0] and second["why"] == ""
+    late = {**g, "wait_s": {"interactive": {"p50": 1.0, "p95": 90.0, "n": 23}}}
+    second = next(t for t in replay.targets({"gpupool": late}, "interactive", 2, 0.1, crowded)
+                  if "pool to itself" in t["target"])
+    assert second["met"] is False and second["why"].startswith("p95 90.0 s, 26 s more; ")
+    # A class the pool could serve at once: the first target's reason names no crowding.
+    light = {"interactive": {**crowded["interactive"], "offered_load": 0.2,
+                             "alone_wait_s": {"p50": 0.0, "p95": 0.0, "n": 23}}}
+    assert "alone ask" not in " ".join(t["why"] for t in replay.targets(
+        {"gpupool": g}, "interactive", 2, 0.1, light))

@@ -86,24 +86,53 @@ def test_the_lab_replay_sample_mixes_the_three_classes() -> None:
     assert trace.offered_load(jobs, 12, 45) == pytest.approx(1.5, rel=1e-3)
 
 
-def test_preemptible_first_fills_the_pool_before_the_rest_arrives() -> None:
-    """The lab replay's sample re-timed (--preemptible-first): the deferred pods arrive in
-    the first quarter of the horizon, enough of them to fill the lab's 12 GPUs, and every
-    other pod after, so interactive and training work finds the pool full of preemptible
-    work. The jobs, and so the offered load, are the same."""
+def _full_at(jobs: list[trace.TraceJob], t: float, capacity: int) -> bool:
+    """The jobs alone, first come first served, hold every GPU at time t."""
+    timed = [(j.submit_s, j.duration_s, j.gpus) for j in jobs]
+    starts = trace.fifo_starts(timed, capacity)
+    return sum(g for (_, d, g), s in zip(timed, starts, strict=True)
+               if s is not None and s <= t < s + d) >= capacity
+
+
+@pytest.mark.parametrize(("jobs", "horizon", "load"), [(24, 45, 1.5), (60, 150, 1.6)])
+def test_preemptible_first_fills_the_pool_before_the_rest_arrives(
+        jobs: int, horizon: float, load: float) -> None:
+    """The lab replays' samples re-timed (--preemptible-first): the deferred pods arrive
+    first, over a window short enough that they alone still fill the lab's 12 GPUs at its
+    end (the bench's 60 pods are short: over a quarter of the horizon they ended before the
+    rest arrived, and nothing was preempted), and every other pod after, so interactive and
+    training work finds the pool full of preemptible work. The jobs, and so the offered
+    load, are the same."""
     desc = lab_description()
-    jobs = trace.sample_alibaba(TRACE, list(desc.teams), jobs=24, horizon_s=45, max_gpus=4,
-                                load=1.5, capacity_gpus=12)
+    sample = trace.sample_alibaba(TRACE, list(desc.teams), jobs=jobs, horizon_s=horizon,
+                                  max_gpus=4, load=load, capacity_gpus=12)
     preemptible = {n for n, c in desc.task_classes.items() if c.preemptible}
-    timed = trace.preemptible_first(jobs, preemptible, 45)
-    cut = 45 * trace.PREEMPTIBLE_FIRST_SHARE
+    timed = trace.preemptible_first(sample, preemptible, horizon, 12)
     first = [j for j in timed if j.task_class in preemptible]
-    assert all(j.submit_s <= cut for j in first)
+    cut = max(j.submit_s for j in first)
+    assert cut <= horizon * trace.PREEMPTIBLE_FIRST_SHARE
     assert all(j.submit_s >= cut for j in timed if j.task_class not in preemptible)
-    assert sum(j.gpus for j in first) >= 12
-    # Running when the first other job arrives: the pool is full of preemptible work.
-    assert sum(j.gpus for j in first if j.submit_s + j.duration_s > cut) >= 12
-    key = sorted((j.job_id, j.gpus, j.duration_s, j.task_class) for j in jobs)
+    assert _full_at(first, cut, 12)
+    key = sorted((j.job_id, j.gpus, j.duration_s, j.task_class) for j in sample)
     assert sorted((j.job_id, j.gpus, j.duration_s, j.task_class) for j in timed) == key
-    assert trace.preemptible_first(timed, preemptible, 45) == timed
-    assert trace.preemptible_first([], preemptible, 45) == []
+    assert trace.preemptible_first(timed, preemptible, horizon, 12) == timed
+    assert trace.preemptible_first([], preemptible, horizon, 12) == []
+
+
+def test_preemptible_work_too_small_to_fill_the_pool_keeps_the_longest_window() -> None:
+    jobs = [trace.TraceJob("a", "vision", "deferred", 1, 0.0, 5.0),
+            trace.TraceJob("b", "vision", "deferred", 1, 3.0, 5.0),
+            trace.TraceJob("c", "nlp", "interactive", 1, 1.0, 5.0)]
+    timed = {j.job_id: j.submit_s for j in trace.preemptible_first(jobs, {"deferred"}, 40, 12)}
+    assert timed == {"a": 0.0, "b": 10.0, "c": 10.0}
+
+
+def test_first_come_first_served_starts() -> None:
+    """Each job as soon as its GPUs are free, never before the job ahead of it; a job wider
+    than the pool never starts."""
+    jobs = [(0.0, 10.0, 2), (1.0, 5.0, 2), (2.0, 1.0, 1), (2.5, 1.0, 1), (3.0, 1.0, 9)]
+    assert trace.fifo_starts(jobs, 4) == [0.0, 1.0, 6.0, 6.0, None]
+    assert trace.fifo_starts([(5.0, 1.0, 1), (0.0, 1.0, 1)], 1) == [5.0, 0.0]
+    assert trace.fifo_starts([], 4) == []
+
+

@@ -174,13 +174,16 @@ NOT_WAITING = frozenset({"BeginTime", "None"})
 
 def queued(squeue_out: str, prefix: str) -> tuple[int, dict[str, str]]:
     """This replay's jobs in `squeue -h -o '%j|%T|%r'` output: how many are still queued or
-    running, and what each pending one waits on (its reason), but for NOT_WAITING."""
+    running, and what each pending one waits on (its reason, without the details some
+    reasons carry: "ReqNodeNotAvail, UnavailableNodes:gpu[1-2]" counts as ReqNodeNotAvail),
+    but for NOT_WAITING."""
     left, reasons = 0, {}
     for line in squeue_out.splitlines():
         name, state, reason = [*line.split("|", 2), "", ""][:3]
         if not name.startswith(prefix):
             continue
         left += 1
+        reason = reason.split(",", 1)[0].strip()
         if state == "PENDING" and reason not in NOT_WAITING:
             reasons[name.removeprefix(prefix)] = reason
     return left, reasons
@@ -248,6 +251,14 @@ def runnable(desc: Any, policy: str, trace: list[TraceJob]
             [j for j in trace if j.gpus > limits[j.team]])
 
 
+def offered(trace: list[TraceJob], speedup: float, t0: float = 0.0) -> list[Demand]:
+    """The trace as the replay offers it to Slurm, in wall seconds from t0: each job
+    eligible at its compressed arrival and running its compressed duration, but at least
+    MIN_JOB_S."""
+    return [Demand(j.job_id, j.task_class, j.gpus, t0 + j.submit_s / speedup,
+                   max(MIN_JOB_S, j.duration_s / speedup)) for j in trace]
+
+
 def run_key() -> str:
     """A key unique to one `gpupool replay` invocation, carried in every job name, so that
     accounting is read per run and never mixes two runs' jobs."""
@@ -291,7 +302,6 @@ def replay_once(ctx: Context, policy: str, trace: list[TraceJob], *, speedup: fl
     wait_for(f"{policy}: every job finished", finished, timeout_s)
     jobs = {j.job_id: j for j in trace}
     runs = collect(s, since, prefix, jobs)
-    demands = [Demand(j.job_id, j.task_class, j.gpus, t0 + j.submit_s / speedup,
-                      max(MIN_JOB_S, j.duration_s / speedup)) for j in trace]
+    demands = offered(trace, speedup, t0)
     report(f"{policy}: done in {time.time() - t0:.0f}s")
     return runs, demands, {j: dict(c) for j, c in waited_on.items()}

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupool.workload.audit import percentile
+from gpupool.workload.trace import fifo_starts
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,28 @@ def waited_on_by_class(demands: list[Demand], waited_on: dict[str, dict[str, int
             for c, r in sorted(out.items())}
 
 
+def class_figures(demands: list[Demand], capacity: int, horizon_s: float
+                  ) -> dict[str, dict[str, Any]]:
+    """What each class asks of the pool, whatever the policy: its jobs, its offered load
+    (its GPU-seconds over the pool's while the trace arrives, horizon_s) and its waits with
+    the pool to itself (trace.fifo_starts), which no policy that also runs the other
+    classes can beat for a class whose jobs are one GPU each."""
+    by_class: dict[str, list[Demand]] = defaultdict(list)
+    for d in demands:
+        by_class[d.task_class].append(d)
+    out = {}
+    for cls, ds in sorted(by_class.items()):
+        starts = fifo_starts([(d.eligible, d.duration, d.gpus) for d in ds], capacity)
+        out[cls] = {
+            "jobs": len(ds),
+            "offered_load": round(sum(d.gpus * d.duration for d in ds)
+                                  / max(1e-9, capacity * horizon_s), 3),
+            "alone_wait_s": _quantiles([s - d.eligible for d, s in zip(ds, starts, strict=True)
+                                        if s is not None]),
+        }
+    return out
+
+
 def metrics(runs: list[Run], demands: list[Demand], capacity: int,
             speedup: float = 1.0, waited_on: dict[str, dict[str, int]] | None = None
             ) -> dict[str, Any]:
@@ -169,10 +192,40 @@ def _waited_on(reasons: dict[str, int], cls: str) -> str:
         f"{REASONS.get(r, r)} ({r}, {n} job{'s' * (n != 1)})" for r, n in reasons.items())
 
 
+def _top_class_targets(g: dict[str, Any], top_class: str, bound: float,
+                       alone: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The top class's wait targets: within SCHED_CYCLES scheduling cycles, and within them
+    of the least its own jobs make it wait (class_figures), which says what the policy, not
+    the trace, costs it."""
+    p95 = g["wait_s"].get(top_class, {}).get("p95")
+    seen = g.get("waited_on", {}).get(top_class)
+    reasons = f"; {_waited_on(seen, top_class)}" if seen else (
+        ": a job that must preempt waits for its victim to save and requeue, then for the "
+        "scheduling pass after it" if g["preemptions_and_requeues"] else
+        ": no GPUs free and nothing preemptible under it")
+    floor = alone["alone_wait_s"]["p95"] if alone else None
+    crowded = (f"; the {top_class} jobs alone ask for {alone['offered_load']:g}x the pool's "
+               f"GPUs while the trace arrives: with the pool to themselves their p95 wait "
+               f"would be {floor:g} s" if floor is not None and floor > bound else "")
+    out = [{"target": f"{top_class} p95 wait within {SCHED_CYCLES} scheduling cycles "
+                      f"({bound:g} s)",
+            "value": p95, "met": None if p95 is None else p95 <= bound,
+            "why": (f"no {top_class} job in the trace" if p95 is None else
+                    f"p95 {p95} s{crowded}{reasons}")}]
+    if floor is not None and p95 is not None:
+        out.append({"target": f"{top_class} p95 wait within {SCHED_CYCLES} scheduling cycles "
+                              f"of its wait with the pool to itself ({floor:g} + {bound:g} s)",
+                    "value": [p95, floor], "met": p95 <= floor + bound,
+                    "why": f"p95 {p95} s, {round(p95 - floor, 2):g} s more{reasons}"})
+    return out
+
+
 def targets(policies: dict[str, dict[str, Any]], top_class: str, sched_interval_s: float,
-            checkpoint_interval_s: float) -> list[dict[str, Any]]:
+            checkpoint_interval_s: float, classes: dict[str, dict[str, Any]] | None = None
+            ) -> list[dict[str, Any]]:
     """The seeds' promise as checks on one run's figures, each with its value, whether it
-    was met (None: the run gives no evidence either way) and, when not, why from the data."""
+    was met (None: the run gives no evidence either way) and, when not, why from the data.
+    classes: what the trace asks of the pool per class (class_figures)."""
     g, base = policies.get("gpupool"), policies.get("baseline")
     if g is None:
         return []
@@ -195,18 +248,8 @@ def targets(policies: dict[str, dict[str, Any]], top_class: str, sched_interval_
                     "why": ("the baseline never saturated" if b is None else
                             f"baseline {b} against {util}: its teams' own nodes were busy "
                             "as well")})
-    p95 = g["wait_s"].get(top_class, {}).get("p95")
-    bound = SCHED_CYCLES * sched_interval_s
-    seen = g.get("waited_on", {}).get(top_class)
-    out.append({"target": f"{top_class} p95 wait within {SCHED_CYCLES} scheduling cycles "
-                          f"({bound:g} s)",
-                "value": p95, "met": None if p95 is None else p95 <= bound,
-                "why": (f"no {top_class} job in the trace" if p95 is None else
-                        f"p95 {p95} s; {_waited_on(seen, top_class)}" if seen else
-                        f"p95 {p95} s: a job that must preempt waits for its victim to "
-                        "save and requeue, then for the scheduling pass after it"
-                        if g["preemptions_and_requeues"] else
-                        f"p95 {p95} s: no GPUs free and nothing preemptible under it")})
+    out += _top_class_targets(g, top_class, SCHED_CYCLES * sched_interval_s,
+                              (classes or {}).get(top_class))
     per = g["work_lost_per_preemption_s"]
     allowed = checkpoint_interval_s + ACCOUNTING_RESOLUTION_S
     out.append({"target": f"work lost per preemption at most one checkpoint interval "

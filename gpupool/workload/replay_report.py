@@ -93,6 +93,13 @@ def write(out_dir: Path, result: dict[str, Any], runs: dict[str, list[Run]],
         lines.append(f"| jobs held back, per reason, class {name} | " + " | ".join(
             ", ".join(f"{r} {n}" for r, n in pol[p].get("waited_on", {}).get(name, {}).items())
             or "-" for p in pol) + " |")
+    classes = result.get("classes", {})
+    if classes:
+        lines += ["", "## What the trace asks, per class", "",
+                  "| class | jobs | offered load | wait p50 / p95 (s) with the pool to itself |",
+                  "| --- | ---: | ---: | ---: |"]
+        lines += ["| {} | {jobs} | {offered_load} | {p50} / {p95} |".format(
+                      c, **f, **f["alone_wait_s"]) for c, f in classes.items()]
     verdicts = {True: "met", False: "missed", None: "no evidence"}
     lines += ["", "## Targets", "", "| target | value | verdict | why |",
               "| --- | --- | --- | --- |"]

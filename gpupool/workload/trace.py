@@ -15,6 +15,7 @@ Replays compress time: each trace second lasts 1/speedup wall seconds.
 from __future__ import annotations
 
 import csv
+import heapq
 import math
 import random
 import re
@@ -133,28 +134,68 @@ def synthetic(k: Knobs) -> list[TraceJob]:
             for i, ((team, cls, gpus, d), t) in enumerate(zip(drafts, arrivals, strict=True))]
 
 
-PREEMPTIBLE_FIRST_SHARE = 0.25  # of the horizon, in which the preemptible jobs arrive
+PREEMPTIBLE_FIRST_SHARE = 0.25  # of the horizon: the most the preemptible jobs arrive over
+PREEMPTIBLE_FIRST_TRIES = 8  # halvings of that window tried until the pool is full at its end
+
+
+def fifo_starts(jobs: list[tuple[float, float, int]], capacity: int) -> list[float | None]:
+    """When each job (arrival, duration, GPUs) starts on `capacity` GPUs with nothing else
+    running: first come first served (arrival order, ties as given), each as soon as its
+    GPUs are free and never before the job ahead of it. A job wider than the pool never
+    starts (None)."""
+    starts: list[float | None] = [None] * len(jobs)
+    running: list[tuple[float, int]] = []  # (end, GPUs), a heap
+    free, last = capacity, -math.inf
+    for i in sorted(range(len(jobs)), key=lambda i: jobs[i][0]):
+        arrival, duration, gpus = jobs[i]
+        if gpus > capacity:
+            continue
+        t = max(arrival, last)
+        while running and (free < gpus or running[0][0] <= t):
+            end, held = heapq.heappop(running)
+            t, free = max(t, end), free + held
+        starts[i] = last = t
+        free -= gpus
+        heapq.heappush(running, (t + duration, gpus))
+    return starts
+
+
+def _spread(group: list[TraceJob], a: float, b: float) -> list[TraceJob]:
+    """The group re-timed to arrive over [a, b], keeping its order and relative spacing."""
+    if not group:
+        return []
+    s0, s1 = min(j.submit_s for j in group), max(j.submit_s for j in group)
+    span = s1 - s0
+    return [replace(j, submit_s=round(a + ((j.submit_s - s0) / span if span else 0.0)
+                                      * (b - a), 3)) for j in group]
 
 
 def preemptible_first(jobs: list[TraceJob], preemptible: set[str], horizon_s: float,
-                      share: float = PREEMPTIBLE_FIRST_SHARE) -> list[TraceJob]:
+                      capacity_gpus: int, share: float = PREEMPTIBLE_FIRST_SHARE
+                      ) -> list[TraceJob]:
     """The same jobs (same sizes and durations, so the same offered load), re-timed so that
-    those of the preemptible classes arrive in the first `share` of the horizon and the
-    others after, each group keeping its own order and relative spacing: idle GPUs fill
-    with work that later work has to take back, the case preemption is for."""
+    those of the preemptible classes arrive first and the others after, each group keeping
+    its own order and relative spacing: idle GPUs fill with work that later work has to
+    take back, the case preemption is for.
+
+    The preemptible jobs arrive over the first `share` of the horizon, or over half of it,
+    and so on, whichever is the longest window at whose end they alone still fill the pool
+    (fifo_starts): short preemptible jobs spread over a long window would end before the
+    others arrive, and nothing would be taken back. Where none does, the longest."""
+    first = [j for j in jobs if j.task_class in preemptible]
+    rest = [j for j in jobs if j.task_class not in preemptible]
     cut = horizon_s * share
-
-    def spread(group: list[TraceJob], a: float, b: float) -> list[TraceJob]:
-        if not group:
-            return []
-        s0, s1 = min(j.submit_s for j in group), max(j.submit_s for j in group)
-        span = s1 - s0
-        return [replace(j, submit_s=round(a + ((j.submit_s - s0) / span if span else 0.0)
-                                          * (b - a), 3)) for j in group]
-
-    first = spread([j for j in jobs if j.task_class in preemptible], 0.0, cut)
-    rest = spread([j for j in jobs if j.task_class not in preemptible], cut, horizon_s)
-    return sorted(first + rest, key=lambda j: (j.submit_s, j.job_id))
+    for _ in range(PREEMPTIBLE_FIRST_TRIES):
+        timed = [(j.submit_s, j.duration_s, j.gpus) for j in _spread(first, 0.0, cut)]
+        starts = fifo_starts(timed, capacity_gpus)
+        if sum(g for (_, d, g), t in zip(timed, starts, strict=True)
+               if t is not None and t <= cut < t + d) >= capacity_gpus:
+            break
+        cut /= 2
+    else:
+        cut = horizon_s * share
+    return sorted(_spread(first, 0.0, cut) + _spread(rest, cut, horizon_s),
+                  key=lambda j: (j.submit_s, j.job_id))
 
 
 def offered_load(jobs: list[TraceJob], capacity_gpus: int, horizon_s: float) -> float:

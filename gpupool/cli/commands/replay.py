@@ -36,9 +36,10 @@ def _setup(p: argparse.ArgumentParser) -> None:
                         "given)")
     p.add_argument("--preemptible-first", action="store_true",
                    help="re-time the jobs so the preemptible classes' arrive in the first "
-                        f"{trace.PREEMPTIBLE_FIRST_SHARE:.0%} of the horizon and the others "
-                        "after (same jobs, same load): the pool fills with work that later "
-                        "work must take back")
+                        f"{trace.PREEMPTIBLE_FIRST_SHARE:.0%} of the horizon (less, where "
+                        "that would not fill the pool) and the others after (same jobs, "
+                        "same load): the pool fills with work that later work must take "
+                        "back")
     p.add_argument("--seed", type=int, default=1,
                    help="random seed of the synthetic trace or the trace sample")
     p.add_argument("--speedup", type=positive_float, default=1.0,
@@ -89,7 +90,7 @@ def _trace(args: argparse.Namespace, desc: Description) -> tuple[str, list[trace
         return name, jobs
     preemptible = {n for n, c in desc.task_classes.items() if c.preemptible}
     return (f"{name}, preemptible first",
-            trace.preemptible_first(jobs, preemptible, args.horizon))
+            trace.preemptible_first(jobs, preemptible, args.horizon, _capacity(desc)[0]))
 
 
 def _jobs_of(args: argparse.Namespace, desc: Description) -> tuple[str, list[trace.TraceJob]]:
@@ -148,11 +149,13 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
         if "baseline" in policies:
             replay_run.use_policy(s, "gpupool", saved)  # leave the lab on gpupool's policy
     top = class_policies(desc)[0].name  # the highest priority tier
+    classes = replay.class_figures(replay_run.offered(jobs, args.speedup), capacity,
+                                   args.horizon / args.speedup)
     result = {"trace": name, "jobs": len(jobs), "speedup": args.speedup,
               "offered_load": round(trace.offered_load(jobs, capacity, args.horizon), 3),
-              "policies": metrics,
+              "classes": classes, "policies": metrics,
               "targets": replay.targets(metrics, top, slurm.sched_interval_s(desc),
-                                        replay_run.CHECKPOINT_INTERVAL_S)}
+                                        replay_run.CHECKPOINT_INTERVAL_S, classes)}
     path = replay_report.write(args.out, result, runs, waits, t0)
     if args.json:
         emit_json(result)
