@@ -60,6 +60,8 @@ NOT_IN_LAB = {
     "kubelet.j2": "kubelet arguments: the lab declares no Kubernetes",
     "gpupool-mig.service.j2": "the MIG boot unit: no lab class is MIG-partitioned",
     "burst-aws.sh.j2": "the burst program's AWS wrapper: lab burst nodes run the relay",
+    "lustre.sources.j2": "the Lustre client's source: the lab mounts no Lustre "
+                         "(tests/test_lustre_client.py renders it with hostile values)",
 }
 REFUSAL = "gpupool refuses"
 

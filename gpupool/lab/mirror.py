@@ -32,6 +32,9 @@ deb http://deb.debian.org/debian-security bookworm-security main contrib non-fre
 """
 KEY_NAME = "gpupool-lab-mirror.asc"
 FIXTURE_MARK = "FIXTURE built by gpupool for the lab: not NVIDIA software; no GPU behaviour"
+LUSTRE_FIXTURE_MARK = "FIXTURE built by gpupool for the lab: not Lustre; mounts nothing"
+# The Lustre client's packages as Whamcloud's Debian builds name them (roles/storage).
+LUSTRE_PACKAGES = ("lustre-client-utils", "lustre-client-modules-dkms")
 
 
 class MirrorError(RuntimeError):
@@ -176,27 +179,42 @@ def _fixture_files(desc: Description) -> dict[str, tuple[str, dict[str, str]]]:
     }
 
 
+def _deb(dest: Path, name: str, version: str, files: dict[str, str], mark: str) -> Path:
+    """A package of files, built once into dest."""
+    deb = dest / f"{name}_{version.replace(':', '%3a')}_amd64.deb"
+    if deb.exists():
+        return deb
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for rel, content in files.items():
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content)
+            path.chmod(0o755 if rel.startswith("usr/bin") else 0o644)
+        (root / "DEBIAN").mkdir()
+        (root / "DEBIAN" / "control").write_text(
+            f"Package: {name}\nVersion: {version}\nArchitecture: amd64\n"
+            f"Maintainer: gpupool lab <lab@gpupool.invalid>\n"
+            f"Description: {mark}\n")
+        _run(["dpkg-deb", "--root-owner-group", "-b", str(root), str(deb)])
+    return deb
+
+
 def fixture_debs(desc: Description, dest: Path) -> list[Path]:
-    built = []
-    for name, (version, files) in _fixture_files(desc).items():
-        deb = dest / f"{name}_{version.replace(':', '%3a')}_amd64.deb"
-        built.append(deb)
-        if deb.exists():
-            continue
-        with tempfile.TemporaryDirectory() as tmp:
-            root = Path(tmp)
-            for rel, content in files.items():
-                path = root / rel
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(content)
-                path.chmod(0o755 if rel.startswith("usr/bin") else 0o644)
-            (root / "DEBIAN").mkdir()
-            (root / "DEBIAN" / "control").write_text(
-                f"Package: {name}\nVersion: {version}\nArchitecture: amd64\n"
-                f"Maintainer: gpupool lab <lab@gpupool.invalid>\n"
-                f"Description: {FIXTURE_MARK}\n")
-            _run(["dpkg-deb", "--root-owner-group", "-b", str(root), str(deb)])
-    return built
+    return [_deb(dest, name, version, files, FIXTURE_MARK)
+            for name, (version, files) in _fixture_files(desc).items()]
+
+
+def lustre_fixture_debs(dest: Path, version: str) -> list[Path]:
+    """FIXTURE packages named as the Lustre client's, at Debian version `version`-1: the
+    lab has no Lustre (Debian packages none), so these prove how roles/storage installs,
+    pins and holds the client from its repository, never what Lustre does."""
+    banner = f"#!/bin/sh\n# {LUSTRE_FIXTURE_MARK}\n"
+    files = {"lustre-client-utils": {"usr/bin/lctl": banner + 'echo "lctl fixture" >&2\nexit 1\n'},
+             "lustre-client-modules-dkms": {f"usr/share/doc/{LUSTRE_PACKAGES[1]}/FIXTURE":
+                                            LUSTRE_FIXTURE_MARK + "\n"}}
+    return [_deb(dest, name, f"{version}-1", files[name], LUSTRE_FIXTURE_MARK)
+            for name in LUSTRE_PACKAGES]
 
 
 def _gpg_env(home: Path) -> dict[str, str]:

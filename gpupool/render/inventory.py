@@ -29,6 +29,11 @@ def storage_tiers(desc: Description) -> dict[str, Any]:
     return {n: t.model_dump(mode="json") for n, t in desc.storage_tiers.items()}
 
 
+def lustre_client(desc: Description) -> dict[str, Any] | None:
+    """Where role storage installs the Lustre client from (None: no tier mounts Lustre)."""
+    return desc.lustre_client.model_dump(mode="json") if desc.lustre_client else None
+
+
 def health_plan(desc: Description) -> dict[str, Any]:
     h = desc.health
     return {"interval_s": duration_seconds(h.interval), "reset": h.reset.value,
@@ -60,6 +65,7 @@ def pool_vars(desc: Description) -> dict[str, Any]:
         "gpupool_task_classes": {
             n: c.model_dump(mode="json") for n, c in desc.task_classes.items()},
         "gpupool_storage_tiers": storage_tiers(desc),
+        "gpupool_lustre_client": lustre_client(desc),
         "gpupool_gpu_capacity": gpu_capacity(desc),
         # The declared Kubernetes cluster (CNI, control plane), or None: no cluster.
         "gpupool_kubernetes": (desc.kubernetes.model_dump(mode="json")
@@ -189,6 +195,7 @@ def burst_image_vars(desc: Description, region: str) -> dict[str, Any]:
         "gpupool_ids": desc.ids.model_dump(mode="json"),
         # The tiers whose mount units the image carries (role storage).
         "gpupool_storage_tiers": storage_tiers(desc),
+        "gpupool_lustre_client": lustre_client(desc),
         # Read by the roles' argument specs, whose defaults Ansible resolves even where the
         # playbook sets the option: no flow sources (the image has no host firewall), the
         # health policy, and no description (the image runs no health loop: a burst node

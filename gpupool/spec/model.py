@@ -311,6 +311,36 @@ class Mount(Strict):
                                                    max_length=64)]] = []
 
 
+# An apt repository's base URL as a sources file carries it: http(s) or a local file: path,
+# nothing a deb822 field or a shell would read as more than one value.
+REPO_URL_RE = r"^(https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?|file:)(/[A-Za-z0-9._~%+-]+)*/?$"
+KEY_URL_RE = r"^(https://[A-Za-z0-9.-]+(:[0-9]{1,5})?|file://)(/[A-Za-z0-9._~%+-]+)+$"
+# A suite as apt reads it: a codename or a path ("./" for a flat repository).
+APT_SUITE_RE = r"^(\./|[A-Za-z0-9][A-Za-z0-9._/-]{0,63})$"
+APT_COMPONENT_RE = r"^[a-z0-9][a-z0-9._-]{0,31}$"
+DEB_NAME_RE = r"^[a-z0-9][a-z0-9.+-]{1,62}$"
+
+
+class LustreClient(Strict):
+    """Where the Lustre client comes from. Debian carries none (bookworm, its backports and
+    trixie have no Lustre package), so a pool whose nodes mount Lustre names the apt
+    repository that has it (Whamcloud's, or a site build of lustre-release's `make debs`),
+    the key that signs the repository and the version every node is pinned to."""
+
+    repository: Annotated[str, StringConstraints(pattern=REPO_URL_RE, max_length=512)]
+    suite: Annotated[str, StringConstraints(pattern=APT_SUITE_RE)] = "./"
+    components: list[Annotated[str, StringConstraints(pattern=APT_COMPONENT_RE)]] = []
+    # The ASCII-armoured public key that signs the repository's Release file (https, or
+    # file:// on the node for an air-gapped pool).
+    key_url: Annotated[str, StringConstraints(pattern=KEY_URL_RE, max_length=512)]
+    version: PackageVersion
+    # The client's packages, each pinned to `version`: the tools and the kernel modules
+    # (DKMS here; a vendor's prebuilt modules package in its place).
+    packages: Annotated[list[Annotated[str, StringConstraints(pattern=DEB_NAME_RE)]],
+                        Field(min_length=1)] = ["lustre-client-utils",
+                                                "lustre-client-modules-dkms"]
+
+
 class Transition(Strict):
     after_days: Annotated[Int, Field(ge=1, le=36500)]
     temperature: Temperature
@@ -487,6 +517,7 @@ class Description(Strict):
     teams: Annotated[dict[Name, Team], Field(min_length=1)]
     task_classes: Annotated[dict[Name, TaskClass], Field(min_length=1)]
     storage_tiers: Annotated[dict[Name, StorageTier], Field(min_length=1)]
+    lustre_client: LustreClient | None = None
     network: Network
     software: Software
     kubernetes: Kubernetes | None = None

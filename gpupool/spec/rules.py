@@ -50,6 +50,7 @@ from gpupool.spec.model import (
     Capacity,
     Description,
     Egress,
+    FsType,
     Gpu,
     IdleReclaim,
     MigStrategy,
@@ -722,6 +723,30 @@ def mounts(desc: Description) -> Iterator[Problem]:
         if not remote and mount.source:
             yield Problem(f"{path}.source", "mount-source-unused",
                           f"{mount.fstype.value} mounts take no source", mount.source)
+
+
+@rule("storage_tiers", "lustre_client")
+def lustre_client(desc: Description) -> Iterator[Problem]:
+    """Debian has no Lustre client: a pool that mounts Lustre says where its nodes get it
+    (roles/storage installs it from there), and a repository that is flat (suite "./")
+    has no components while one with a codename has some, as apt reads them."""
+    lustre = [n for n, t in desc.storage_tiers.items()
+              if t.mount is not None and t.mount.fstype is FsType.LUSTRE]
+    client = desc.lustre_client
+    if lustre and client is None:
+        yield Problem("lustre_client", "lustre-client-source",
+                      f"storage tier {lustre[0]} mounts Lustre, which Debian does not "
+                      "package: name the apt repository of the Lustre client (repository, "
+                      "key_url, version)", None)
+    if client is None:
+        return
+    if client.suite.endswith("/") and client.components:
+        yield Problem("lustre_client.components", "apt-flat-no-components",
+                      f"a flat repository (suite {client.suite}) has no components",
+                      client.components)
+    if not client.suite.endswith("/") and not client.components:
+        yield Problem("lustre_client.components", "apt-suite-components",
+                      f"suite {client.suite} needs its components (main, ...)", [])
 
 
 @rule("network", "nodes")

@@ -10,7 +10,11 @@ services and configuration, never GPU behaviour.
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import shutil
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -421,6 +425,58 @@ def test_storage_mounts_rendered_and_teams_separated(hosts: dict[str, Any],
     # vision's researcher writes into vision's checkpoints; nlp's cannot.
     assert h.run("runuser -u alice -- touch /checkpoints/vision/probe").rc == 0
     assert h.run("runuser -u erin -- touch /checkpoints/vision/probe2").rc != 0
+
+
+def test_the_lustre_client_comes_from_its_repository_pinned_and_held(
+        hosts: dict[str, Any], lab_desc: Description, tmp_path: Path) -> None:
+    """The storage role's Lustre client steps (roles/storage/tasks/lustre.yml) through
+    Ansible on a lab host. Debian packages no Lustre client, so the role adds the
+    description's repository with its own signing key, installs the client at its version
+    and holds it; a second run and a check-mode run change nothing. The repository is one
+    this test builds and signs in the lab's mirror folder, holding FIXTURE packages named as
+    the client's (gpupool/lab/mirror.py: no Lustre, nothing mounts); all of it is removed
+    after."""
+    node, version = "lab-gpu1", "2.15.6"
+    folder = "lustre-fixture"
+    repo = labmod.mirror_dir(lab_desc) / folder
+    gnupg = Path(tempfile.mkdtemp(prefix="gpl"))  # short: gpg-agent's socket lives there
+    packages = list(mirror.LUSTRE_PACKAGES)
+    h = hosts[node]
+    try:
+        key = mirror.build(lab_desc, repo, mirror.lustre_fixture_debs(tmp_path, version), gnupg)
+        (repo / "archive-key.asc").write_text(key)
+        client = {"repository": f"file:{labmod.MIRROR_MOUNT}/{folder}", "suite": "./",
+                  "components": [], "version": version, "packages": packages,
+                  "key_url": f"file://{labmod.MIRROR_MOUNT}/{folder}/archive-key.asc"}
+        book = tmp_path / "lustre.yml"
+        book.write_text(yaml.safe_dump([{"name": "Lustre client", "hosts": node,
+                                         "gather_facts": False, "tasks": [{
+                                             "ansible.builtin.include_role": {
+                                                 "name": "storage", "tasks_from": "lustre.yml",
+                                                 "vars_from": "Debian.yml"}}]}]))
+        extra = json.dumps({"storage_lustre_client": client})
+        inv = labmod.inventory_path(lab_desc)
+        first = ansible_playbook(inv, str(book), "-e", extra)
+        assert first.rc == 0 and first.recap[node]["changed"] > 0, first.output[-3000:]
+        for args in ((), ("--check",)):
+            again = ansible_playbook(inv, str(book), "-e", extra, *args)
+            assert again.rc == 0 and again.recap[node]["changed"] == 0, again.output[-3000:]
+        for name in packages:
+            assert h.package(name).version == f"{version}-1"
+            assert "FIXTURE" in h.check_output(f"dpkg-query -W -f='${{Description}}' {name}")
+        assert set(packages) <= set(h.check_output("apt-mark showhold").split())
+        sources = h.file("/etc/apt/sources.list.d/gpupool-lustre.sources").content_string
+        assert f"URIs: file:{labmod.MIRROR_MOUNT}/{folder}" in sources
+        assert h.file("/etc/apt/keyrings/gpupool-lustre.asc").content_string == key
+    finally:
+        h.run(f"apt-mark unhold {' '.join(packages)}; dpkg --purge {' '.join(packages)}; "
+              "rm -f /etc/apt/sources.list.d/gpupool-lustre.sources "
+              "/etc/apt/keyrings/gpupool-lustre.asc /var/lib/apt/lists/*lustre-fixture*")
+        subprocess.run(["gpgconf", "--kill", "all"], env={**os.environ, "GNUPGHOME": str(gnupg)},
+                       check=False, capture_output=True, timeout=30)
+        shutil.rmtree(gnupg, ignore_errors=True)
+        shutil.rmtree(repo, ignore_errors=True)
+    assert not h.package(packages[0]).is_installed
 
 
 def test_scratch_is_built_only_on_the_declared_devices(hosts: dict[str, Any],
