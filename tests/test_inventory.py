@@ -155,3 +155,26 @@ def test_firewall_ruleset_is_valid_nftables(stack: str, node: str, tmp_path: Pat
     proc = subprocess.run([nft, "-c", "-f", str(path)], capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_srun_is_reached_on_its_port_range_where_it_runs() -> None:
+    """A step spanning nodes: each node's slurmstepd, and slurmctld, connect back to the
+    srun that launched it. The firewall admits them on SrunPortRange only, from the Slurm
+    hosts, on the hosts that run srun (compute nodes' batch scripts, login nodes). Without
+    it the bench's replay of a 4-GPU training job placed on two nodes never ended: its srun
+    waited for the far node's tasks, whose slurmstepd the batch host's firewall dropped."""
+    from gpupool.render import flows, slurm  # noqa: PLC0415
+    from gpupool.spec.catalog import SRUN_PORTS  # noqa: PLC0415
+
+    desc = loader.load_stack("lab", ROOT)
+    lo, hi = SRUN_PORTS
+    assert f"SrunPortRange={lo}-{hi}" in slurm.render_files(desc)["slurm.conf"]
+    for src, dst in (("lab-gpu3", "lab-gpu1"), ("lab-ctl", "lab-gpu1"), ("lab-ctl2", "lab-gpu2"),
+                     ("lab-gpu1", "lab-ctl")):
+        assert flows.allowed(desc, src, dst, "management", lo)
+        assert flows.allowed(desc, src, dst, "management", hi)
+        assert not flows.allowed(desc, src, dst, "management", hi + 1)
+    assert not flows.allowed(desc, "lab-gpu1", "lab-ctl2", "management", lo)  # runs no srun
+    assert not flows.allowed(desc, "lab-gpu3", "lab-gpu1", "storage", lo)
+    assert f"tcp dport {{ {lo}-{hi} }}" in _firewall("lab", "lab-gpu1")
+    assert f"{lo}-{hi}" not in _firewall("lab", "lab-ctl2")

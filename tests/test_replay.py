@@ -321,3 +321,23 @@ def test_a_top_class_that_alone_overfills_the_pool_is_said_so_and_judged_against
                              "alone_wait_s": {"p50": 0.0, "p95": 0.0, "n": 23}}}
     assert "alone ask" not in " ".join(t["why"] for t in replay.targets(
         {"gpupool": g}, "interactive", 2, 0.1, light))
+
+
+class _Squeue:
+    """A controller that answers squeue and records what else it is asked."""
+
+    def __init__(self, listing: str) -> None:
+        self.listing, self.asked = listing, []
+
+    def sh(self, command: str) -> str:
+        self.asked.append(command)
+        return self.listing if command.startswith("squeue") else ""
+
+
+def test_a_replay_that_fails_cancels_only_its_own_jobs() -> None:
+    s = _Squeue("193 r1-gpupool-s0072\n194 r1-gpupool-s0073\n195 r0-gpupool-s0001\n196 other\n")
+    assert replay_run.cancel_left(s, "r1-gpupool-") == ["193", "194"]  # type: ignore[arg-type]
+    assert s.asked[-1] == "scancel 193 194"
+    quiet = _Squeue("196 other\n")
+    assert replay_run.cancel_left(quiet, "r1-gpupool-") == []  # type: ignore[arg-type]
+    assert quiet.asked == ["squeue -h -o '%i %j'"]

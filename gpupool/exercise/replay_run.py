@@ -251,6 +251,18 @@ def runnable(desc: Any, policy: str, trace: list[TraceJob]
             [j for j in trace if j.gpus > limits[j.team]])
 
 
+def cancel_left(s: SlurmLab, prefix: str) -> list[str]:
+    """Cancel this replay's jobs that are still queued or running (names `prefix` + trace
+    job id); returns their job ids. A replay that timed out used to leave them, and every
+    replay after it failed waiting for an idle pool."""
+    ids = [job for job, _, name in (ln.partition(" ") for ln in
+                                    s.sh("squeue -h -o '%i %j'").splitlines())
+           if name.startswith(prefix)]
+    if ids:
+        s.sh(f"scancel {' '.join(shlex.quote(i) for i in ids)}")
+    return ids
+
+
 def offered(trace: list[TraceJob], speedup: float, t0: float = 0.0) -> list[Demand]:
     """The trace as the replay offers it to Slurm, in wall seconds from t0: each job
     eligible at its compressed arrival and running its compressed duration, but at least
@@ -299,7 +311,11 @@ def replay_once(ctx: Context, policy: str, trace: list[TraceJob], *, speedup: fl
             waited_on[job][reason] += 1
         return left == 0
 
-    wait_for(f"{policy}: every job finished", finished, timeout_s)
+    try:
+        wait_for(f"{policy}: every job finished", finished, timeout_s)
+    except BaseException:
+        cancel_left(s, prefix)  # the next replay, or policy, starts on an idle pool
+        raise
     jobs = {j.job_id: j for j in trace}
     runs = collect(s, since, prefix, jobs)
     demands = offered(trace, speedup, t0)

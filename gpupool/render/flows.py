@@ -16,6 +16,12 @@ Sources are kept per source segment (`segment_sources`, computed once per render
 allowances name the segment they come from, so the inventory grows linearly with the pool:
 every host's firewall refers to the pool-wide sets instead of carrying its own copy.
 
+Slurm adds one: srun's ports (catalog.SRUN_PORTS, slurm.conf SrunPortRange) on the hosts
+that run srun (login nodes, and compute nodes, where a batch script launches its steps),
+from every Slurm host's management address (slurmctld, and the slurmstepd of each node
+of a step, connect back to srun) and the burst nodes' block. Without it a step spanning
+nodes never hears from the far node's tasks, and srun waits forever.
+
 A declared Kubernetes cluster adds its own allowances, on the nodes' management
 addresses (kubelet's node IP) and only on the nodes of the cluster: the API server from
 the cluster's nodes and the admin ranges, etcd between control-plane nodes, kubelet from
@@ -29,7 +35,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from gpupool.spec.catalog import BURST_SEGMENT, closed_to_all_flows
+from gpupool.spec.catalog import BURST_SEGMENT, MANAGEMENT_SEGMENT, SRUN_PORTS, closed_to_all_flows
 from gpupool.spec.model import Cni, Description, NodeRole
 
 ALL_PORTS = "all"
@@ -59,12 +65,14 @@ class Allowance:
     protocol: str  # tcp | udp | all
     ports: tuple[int, ...]  # empty with protocol all
     closed: tuple[int, ...] = ()  # with protocol all: TCP ports it leaves closed
+    port_ranges: tuple[tuple[int, int], ...] = ()  # first and last port, each included
 
     def admits(self, port: int) -> bool:
         """Does it let a TCP connection to this port in?"""
         if self.protocol == ALL_PORTS:
             return port not in self.closed
-        return self.protocol == "tcp" and port in self.ports
+        return self.protocol == "tcp" and (
+            port in self.ports or any(lo <= port <= hi for lo, hi in self.port_ranges))
 
 
 def host_addresses(desc: Description, node: str) -> list[str]:
@@ -87,7 +95,37 @@ def segment_sources(desc: Description) -> dict[str, tuple[str, ...]]:
         if segment == "management":
             addresses.update(desc.network.admin_cidrs)
     out = {s: tuple(sorted(a)) for s, a in found.items()}
-    return out | kubernetes_sources(desc)
+    return out | slurm_sources(desc) | kubernetes_sources(desc)
+
+
+SLURM_HOSTS = "slurm-hosts"  # pseudo segment: where srun's steps and slurmctld answer from
+
+
+def _burst_block(desc: Description) -> list[str]:
+    """The block burst nodes' one address comes from, where the pool bursts."""
+    segment = desc.network.segments.get(BURST_SEGMENT)
+    return ([segment.cloud_cidr] if desc.burst_groups and segment is not None
+            and segment.cloud_cidr else [])
+
+
+def slurm_sources(desc: Description) -> dict[str, tuple[str, ...]]:
+    """Who connects to srun's ports: every Slurm host's management address and the burst
+    nodes' block."""
+    hosts = {n.addresses[MANAGEMENT_SEGMENT] for n in desc.nodes.values()
+             if MANAGEMENT_SEGMENT in n.addresses}
+    return {SLURM_HOSTS: tuple(sorted(hosts | set(_burst_block(desc))))}
+
+
+def slurm_inbound(desc: Description, node: str,
+                  sources: dict[str, tuple[str, ...]]) -> list[Allowance]:
+    """srun's ports on a host that runs srun: a login node, or a compute node (its batch
+    scripts' steps); nothing on a controller-only host."""
+    n = desc.nodes[node]
+    if not {NodeRole.COMPUTE, NodeRole.LOGIN} & set(n.roles) or (
+            MANAGEMENT_SEGMENT not in n.addresses):
+        return []
+    return [Allowance(MANAGEMENT_SEGMENT, SLURM_HOSTS, sources[SLURM_HOSTS], "tcp", (),
+                      port_ranges=(SRUN_PORTS,))]
 
 
 def kubernetes_member(desc: Description, node: str) -> bool:
@@ -104,9 +142,7 @@ def kubernetes_sources(desc: Description) -> dict[str, tuple[str, ...]]:
         return {}
     # Burst nodes are workers too: kubelet's node IP is their one address, in a subnet of
     # the burst segment's cloud block.
-    segment = desc.network.segments.get(BURST_SEGMENT)
-    cloud = ([segment.cloud_cidr] if desc.burst_groups and segment is not None
-             and segment.cloud_cidr else [])
+    cloud = _burst_block(desc)
     nodes = sorted({desc.nodes[n].addresses[KUBERNETES_SEGMENT]
                     for n in desc.nodes if kubernetes_member(desc, n)} | set(cloud))
     control = sorted({desc.nodes[n].addresses[KUBERNETES_SEGMENT] for n in k8s.control_plane})
@@ -143,7 +179,7 @@ def inbound(desc: Description, node: str,
                       tuple(flow.ports),
                       closed_to_all_flows(flow.from_) if flow.protocol == ALL_PORTS else ())
             for flow in desc.network.flows if flow.to in mine
-            ] + kubernetes_inbound(desc, node, sources)
+            ] + slurm_inbound(desc, node, sources) + kubernetes_inbound(desc, node, sources)
 
 
 def allowed(desc: Description, src: str, dst: str, segment: str, port: int) -> bool:
@@ -176,6 +212,8 @@ def inbound_vars(desc: Description, node: str,
     """inbound() as plain data for the hardening role's firewall template: without the
     source addresses, which the template takes from the pool-wide gpupool_flow_sources."""
     return [{"segment": a.segment, "source_segment": a.source_segment,
-             "protocol": a.protocol, "ports": list(a.ports), "closed": list(a.closed),
+             "protocol": a.protocol,
+             "ports": [*a.ports, *(f"{lo}-{hi}" for lo, hi in a.port_ranges)],
+             "closed": list(a.closed),
              "address": desc.nodes[node].addresses[a.segment]}
             for a in inbound(desc, node, sources)]

@@ -32,7 +32,7 @@ from typing import Any
 from gpupool.render import cloud
 from gpupool.render.cloud import controller_addresses
 from gpupool.render.scheduling import ClassPolicy, class_policies, preemption_pairs, team_quotas
-from gpupool.spec.catalog import BURST_SEGMENT, SLURM_MAX_PRIORITY_TIER
+from gpupool.spec.catalog import BURST_SEGMENT, SLURM_MAX_PRIORITY_TIER, SRUN_PORTS
 from gpupool.spec.facts import (
     burst_capacity_split,
     burst_gpus_per_node,
@@ -317,6 +317,8 @@ def slurm_conf(desc: Description) -> list[str]:
         "PreemptMode=REQUEUE",
         "JobRequeue=1",
         "EnforcePartLimits=ALL",
+        # The firewall admits steps' daemons to srun only on these (render/flows.py).
+        f"SrunPortRange={SRUN_PORTS[0]}-{SRUN_PORTS[1]}",
         "ReturnToService=2",
     ]
     lines += [f"{k}={v}" for k, v in tuning.items()

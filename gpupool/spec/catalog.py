@@ -187,6 +187,10 @@ MANAGEMENT_SEGMENT = "management"
 # The segment whose subnets burst instances launch into (infra/burst.py): a burst node's
 # one address, its kubelet's node IP and the source of its traffic to on-prem hosts.
 BURST_SEGMENT = "training"
+# srun's listening ports (slurm.conf SrunPortRange, the range Slurm's documentation
+# suggests): slurmctld and every node's slurmstepd connect back to the srun that launched a
+# step, so a host that runs srun (a login node, a batch script's host) admits them there.
+SRUN_PORTS = (60001, 63000)
 MANAGEMENT_PLANE_PORTS = (SSH_PORT, SLURMCTLD_PORT, SLURMD_PORT, SLURMDBD_PORT,
                           NODE_EXPORTER_PORT, DCGM_EXPORTER_PORT)
 

@@ -263,15 +263,20 @@ def test_training_does_not_preempt_training(cluster):
     cluster.cancel_all()
 
 
-def test_two_node_job_lands_on_one_leaf(cluster):
+def test_two_node_job_lands_on_one_leaf_and_its_step_spans_both(cluster):
+    """A step over both nodes of a job, as a multi-node training job's srun is: each node's
+    slurmstepd connects back to srun on the batch host, through its firewall (srun's
+    ports, SrunPortRange). Before they were admitted the step never ended."""
     job = cluster.sbatch(f"-p {MID}", f"-A {TEAMS[0]}", "-N 2",
-                         f"--gpus-per-node={GPUS_PER_NODE}", "-C onprem", work=2)
+                         f"--gpus-per-node={GPUS_PER_NODE}", "-C onprem",
+                         script="#!/bin/bash\nsrun --ntasks-per-node=1 hostname\n")
     wait_for("the job done", lambda: cluster.state(job) == "COMPLETED", 60)
     nodes = set(burst.expand_hostlist(cluster.job(job)["NodeList"]))
     places = rack_places(DESC)
     leaves = {places[DESC.nodes[n].rack].leaf for n in nodes}
     assert len(nodes) == 2
     assert len(leaves) == 1, nodes
+    assert set(cluster.output(job).split()) == nodes
 
 
 def test_max_run_time_is_enforced(cluster):
