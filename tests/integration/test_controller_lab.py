@@ -178,13 +178,15 @@ def test_a_controller_rebuilt_from_bare_gets_its_queue_accounts_and_usage_back(
             assert run.rc == 0, run.output[-4000:]
 
             # What a controller holds that no description does: a finished job's record and
-            # its fairshare usage, and a queued job.
-            pool.reset_usage(list(lab_desc.teams))
+            # its fairshare usage, and a queued job. The team's usage is not reset first:
+            # twice the usage of a job that ended just after a reset never showed (180 s),
+            # so the job's is seen as growth over what the team had.
+            had = _usage(pool, team)
             done = pool.sbatch(f"-p {klass}", f"-A {team}", "--gpus=1", "-C onprem",
                                script="#!/bin/bash\nsleep 5\n")
             wait_for("the finished job's record", lambda: pool.sacct(done)
                      and pool.sacct(done)[0]["State"] == "COMPLETED", 120)
-            wait_for("the team's usage", lambda: _usage(pool, team) > 0, 180)  # PriorityCalcPeriod
+            wait_for("the team's usage", lambda: _usage(pool, team) > had, 180)
             # slurmctld saves fairshare usage every 5 minutes (and at a reconfigure): the
             # reconfigure stands in for that wait, so the backup holds the usage just seen.
             pool.sh("scontrol reconfigure")
