@@ -28,7 +28,7 @@ from gpupool.lab import hosts as labmod
 from gpupool.lab import mirror
 from gpupool.paths import DATA
 from gpupool.render import flows
-from gpupool.spec.catalog import MANAGEMENT_PLANE_PORTS, SLURMDBD_PORT, SSH_PORT
+from gpupool.spec.catalog import MANAGEMENT_PLANE_PORTS, SLURMDBD_PORT, SRUN_PORTS, SSH_PORT
 from gpupool.spec.facts import gpu_nodes
 from gpupool.spec.model import Description, NodeRole
 from tests.conftest import lab_description_path
@@ -270,10 +270,17 @@ def test_firewall_follows_declared_flows(hosts: dict[str, Any], lab_desc: Descri
                 line = next((r for r in rules.splitlines() if f"ip daddr {daddr}" in r
                              and f"@src_{flow.from_}" in r and str(flow.ports[0]) in r), None)
                 assert line, (name, flow)
-        # Sources are pool-wide sets, one per flow source segment.
+        # Sources are pool-wide sets, one per flow source segment, and on the hosts that
+        # run srun the Slurm hosts' (srun's ports, SrunPortRange: gpupool/render/flows.py).
+        runs_srun = bool({NodeRole.COMPUTE, NodeRole.LOGIN} & set(node.roles))
         sets = {ln.split()[1] for ln in rules.splitlines() if ln.strip().startswith("set src_")}
         assert sets == {f"src_{f.from_}" for f in lab_desc.network.flows
-                        if f.to in node.addresses}, name
+                        if f.to in node.addresses} | ({"src_slurm_hosts"} if runs_srun
+                                                      else set()), name
+        lo, hi = SRUN_PORTS
+        srun = [r for r in rules.splitlines() if "@src_slurm_hosts" in r and f"{lo}-{hi}" in r
+                and f"ip daddr {node.addresses['management']}" in r]
+        assert len(srun) == (1 if runs_srun else 0), (name, srun)
 
 
 # Run on a lab host: connect from a chosen local address, and say what happened.
