@@ -90,10 +90,11 @@ class NetworkSegments(Component):
                 peer = {"prefix_list_id": lists[rule.peer_list].id}
             else:
                 peer = {"cidr_ipv4": rule.peer_cidr}
-            ports = {} if rule.port is None else {"from_port": rule.port, "to_port": rule.port}
+            ports = ({} if rule.port is None
+                     else {"from_port": rule.port, "to_port": rule.last_port})
             kind(f"{name}-{rule.key}", security_group_id=groups[rule.segment].id,
                  ip_protocol=rule.protocol, description=cloud.rule_description(desc, rule),
-                 tags={**tags, "flow": "kubernetes" if rule.flow is None else str(rule.flow),
+                 tags={**tags, "flow": rule.service if rule.flow is None else str(rule.flow),
                        "segment": rule.segment, "peer": rule.peer},
                  **peer, **ports,
                  opts=self.child())

@@ -62,10 +62,11 @@ def no_open_ingress(r: Res, desc: Description) -> Iterator[str]:
         yield f"ingress from {cidr} (the whole internet) to {what}"
 
 
-def _allowed(desc: Description) -> set[tuple[str, str, str, str, int | None]]:
-    allowed = {(f.segment, f.direction, f.peer, f.protocol, f.port)
+def _allowed(desc: Description) -> set[tuple[str, str, str, str, int | None, int | None]]:
+    """(segment, direction, peer, protocol, first port, last port) of every rule allowed."""
+    allowed = {(f.segment, f.direction, f.peer, f.protocol, f.port, f.last_port)
                for f in cloud.firewall_rules(desc)}
-    allowed |= cloud.service_rules(desc)
+    allowed |= {(*r, r[-1]) for r in cloud.service_rules(desc)}
     return allowed
 
 
@@ -81,10 +82,15 @@ def declared_flows(r: Res, desc: Description) -> Iterator[str]:
         return
     peer = p.get("cidrIpv4") or p.get("cidrIpv6") or tags.get("peer", "")
     port = p.get("fromPort")
-    if p.get("toPort", port) != port:
-        yield f"{direction} rule opens the port range {port}-{p.get('toPort')}; flows name ports"
-    key = (segment, direction, peer, p.get("ipProtocol"), port)
-    if key not in _allowed(desc):
+    last = p.get("toPort", port)
+    key = (segment, direction, peer, p.get("ipProtocol"), port, last)
+    if key in _allowed(desc):
+        return
+    if last != port:
+        # Only a service's own range (srun's) is one; flows name ports.
+        yield (f"{direction} rule on segment {segment} with {peer or 'an unknown peer'} "
+               f"opens the port range {port}-{last}, which no declared flow or service names")
+    else:
         yield (f"{direction} rule on segment {segment} with {peer or 'an unknown peer'} "
                f"({p.get('ipProtocol')} {port if port is not None else 'all'}) matches no "
                "declared flow")
@@ -109,9 +115,14 @@ def _within(cidr: str, blocks: list[str]) -> bool:
                  (AWS_INGRESS,))
 def management_from_admin(r: Res, desc: Description) -> Iterator[str]:
     cidr = r.props.get("cidrIpv4") or r.props.get("cidrIpv6")
-    port = r.props.get("fromPort")
-    if cidr is None or port not in management_ports(desc):
+    first = r.props.get("fromPort")
+    last = r.props.get("toPort", first)
+    # A range counts for every port in it.
+    opened = sorted(p for p in management_ports(desc)
+                    if first is not None and first <= p <= (last or first))
+    if cidr is None or not opened:
         return
+    port = opened[0]
     mgmt = desc.network.segments.get("management")
     blocks = list(desc.network.admin_cidrs) + ([mgmt.cloud_cidr] if mgmt and mgmt.cloud_cidr
                                                else [])

@@ -16,7 +16,7 @@ from gpupool.render import cloud
 from gpupool.render.k8s_objects import GPU_RESOURCE, kueue_preemption_pairs, manifests, object_key
 from gpupool.render.scheduling import class_policies, preemption_pairs, team_quotas
 from gpupool.spec import loader
-from gpupool.spec.catalog import INSTANCE_TYPES
+from gpupool.spec.catalog import BURST_SEGMENT, INSTANCE_TYPES, MANAGEMENT_SEGMENT, SRUN_PORTS
 from gpupool.spec.facts import gpu_capacity
 from gpupool.spec.model import Capacity, Description
 from policies import offline
@@ -99,10 +99,11 @@ def test_no_ingress_from_anywhere_and_management_only_from_admin_cidrs(stack: st
     allowed = {(f.from_, f.to, p) for f in desc.network.flows for p in (f.ports or [None])}
     # The interface endpoints' group admits HTTPS from the nodes (test_private_egress_...),
     # the burst nodes' group Kubernetes' ports from the cluster's prefix lists
-    # (test_kubernetes_rules_refer_to_the_clusters_prefix_lists).
+    # (test_kubernetes_rules_refer_to_the_clusters_prefix_lists), and srun's range from
+    # the Slurm hosts (test_burst_groups_admit_sruns_ports_from_the_slurm_hosts).
     ingress = [r for r in of_type(run, ":SecurityGroupIngressRule")
                if r.inputs["tags"]["segment"] != cloud.ENDPOINTS_SEGMENT
-               and r.inputs["tags"].get("flow") != "kubernetes"]
+               and r.inputs["tags"].get("flow") not in (cloud.KUBERNETES, cloud.SLURM)]
     assert ingress
     for rule in ingress:
         cidr = rule.inputs.get("cidrIpv4")
@@ -138,7 +139,7 @@ def test_kubernetes_rules_refer_to_the_clusters_prefix_lists() -> None:
         assert held["maxEntries"] == len(entries)
     rules = [r for r in [*of_type(run, ":SecurityGroupIngressRule"),
                          *of_type(run, ":SecurityGroupEgressRule")]
-             if r.inputs["tags"].get("flow") == "kubernetes"]
+             if r.inputs["tags"].get("flow") == cloud.KUBERNETES]
     seen = set()
     for r in rules:
         assert "cidrIpv4" not in r.inputs, r.name
@@ -147,8 +148,38 @@ def test_kubernetes_rules_refer_to_the_clusters_prefix_lists() -> None:
         seen.add((r.inputs["tags"]["segment"], r.inputs["tags"]["peer"],
                   r.inputs["ipProtocol"], r.inputs["fromPort"]))
     want = {(k.segment, k.peer, k.protocol, k.port) for k in cloud.firewall_rules(desc)
-            if k.flow is None}
+            if k.service == cloud.KUBERNETES}
     assert want and seen == want
+
+
+def test_burst_groups_admit_sruns_ports_from_the_slurm_hosts(stack: str) -> None:
+    """A burst node's security group is its only firewall: srun's ports (SrunPortRange)
+    in from and out to the group itself and the on-prem management block, one range rule
+    each, or a multi-node step across burst nodes, or between them and the controller or a
+    login node, hangs (the on-prem side: flows.slurm_inbound)."""
+    desc = loader.load_stack(stack, ROOT)
+    run = declared(stack)
+    groups = {f"{r.name}-id": r.inputs["name"] for r in of_type(run, ":SecurityGroup")}
+    lo, hi = SRUN_PORTS
+    seen = set()
+    for r in [*of_type(run, ":SecurityGroupIngressRule"),
+              *of_type(run, ":SecurityGroupEgressRule")]:
+        p = r.inputs
+        if p.get("toPort", p.get("fromPort")) != p.get("fromPort"):
+            assert p["tags"]["flow"] == cloud.SLURM, r.name
+        if p["tags"].get("flow") != cloud.SLURM:
+            continue
+        assert (p["ipProtocol"], p["fromPort"], p["toPort"]) == ("tcp", lo, hi), r.name
+        assert groups[p["securityGroupId"]].endswith(f"-{BURST_SEGMENT}"), r.name
+        assert p["description"].startswith("Slurm: "), r.name
+        peer = p.get("cidrIpv4") or groups[p["referencedSecurityGroupId"]]
+        seen.add((r.type.rsplit(":", 1)[1], peer))
+    block = desc.network.segments[MANAGEMENT_SEGMENT].cidr
+    regions = cloud.regions(desc)
+    assert seen == {(kind, peer) for kind in ("SecurityGroupIngressRule",
+                                             "SecurityGroupEgressRule")
+                    for region in regions
+                    for peer in (block, f"{desc.pool.name}-{region}-{BURST_SEGMENT}")}
 
 
 def test_s3_endpoint_and_flow_logs_per_vpc(stack: str) -> None:

@@ -26,9 +26,11 @@ KEY_INPUTS: dict[str, tuple[str, ...]] = {
     "aws:ec2/subnet:Subnet": ("cidrBlock", "availabilityZone"),
     "aws:ec2/securityGroup:SecurityGroup": ("name",),
     "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": (
-        "ipProtocol", "fromPort", "cidrIpv4", "referencedSecurityGroupId"),
+        "ipProtocol", "fromPort", "toPort", "cidrIpv4", "referencedSecurityGroupId",
+        "prefixListId"),
     "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule": (
-        "ipProtocol", "fromPort", "cidrIpv4", "referencedSecurityGroupId", "prefixListId"),
+        "ipProtocol", "fromPort", "toPort", "cidrIpv4", "referencedSecurityGroupId",
+        "prefixListId"),
     "aws:s3/bucket:Bucket": ("bucket",),
     "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration": (
         "rules.0.expiration.days", "rules.0.transitions"),

@@ -18,7 +18,13 @@ from typing import Any
 
 from gpupool.render import flows, node_labels
 from gpupool.render.node_labels import LABEL_PREFIX
-from gpupool.spec.catalog import BURST_SEGMENT, INSTANCE_TYPES, SLURMCTLD_PORT
+from gpupool.spec.catalog import (
+    BURST_SEGMENT,
+    INSTANCE_TYPES,
+    MANAGEMENT_SEGMENT,
+    SLURMCTLD_PORT,
+    SRUN_PORTS,
+)
 from gpupool.spec.facts import controllers
 from gpupool.spec.model import (
     BUCKET_PURPOSES,
@@ -118,6 +124,10 @@ def vpc_cidrs(desc: Description) -> list[str]:
     return [s.cloud_cidr for _, s in sorted(desc.network.segments.items()) if s.cloud_cidr]
 
 
+# What a rule that is no declared flow's serves (FirewallRule.service, its "flow" tag).
+KUBERNETES = "kubernetes"
+SLURM = "slurm"
+
 @dataclass(frozen=True)
 class FirewallRule:
     """One allowed path into a segment's security group (or out of one, for egress)."""
@@ -128,16 +138,24 @@ class FirewallRule:
     peer_cidr: str | None  # the other side's address block
     protocol: str  # tcp | udp | -1 (all)
     port: int | None
-    flow: int | None  # index into network.flows; None: the declared Kubernetes cluster's
+    flow: int | None  # index into network.flows; None: a service's (below)
     peer_list: str | None = None  # or a managed prefix list of prefix_lists()
+    service: str | None = None  # KUBERNETES or SLURM where flow is None
+    to_port: int | None = None  # the last port of a range from port; None: port alone
 
     @property
     def peer(self) -> str:
         return self.peer_segment or self.peer_cidr or self.peer_list or ""
 
     @property
+    def last_port(self) -> int | None:
+        return self.port if self.to_port is None else self.to_port
+
+    @property
     def key(self) -> str:
         port = "all" if self.port is None else str(self.port)
+        if self.to_port is not None:
+            port += f"-{self.to_port}"
         peer = self.peer.replace("/", "_").replace(".", "-")
         return f"{self.segment}-{self.direction[:2]}-{peer}-{self.protocol}-{port}"
 
@@ -164,7 +182,7 @@ def firewall_rules(desc: Description) -> list[FirewallRule]:
                 rules.add(FirewallRule(flow.to, "ingress", None, cidr, protocol, port, i))
             for cidr in onprem_sources(desc, flow.to):
                 rules.add(FirewallRule(flow.from_, "egress", None, cidr, protocol, port, i))
-    rules |= kubernetes_rules(desc)
+    rules |= kubernetes_rules(desc) | slurm_rules(desc)
     # Two flows can imply the same rule; keep the first flow's (a flow's before Kubernetes').
     first: dict[str, FirewallRule] = {}
     for r in sorted(rules, key=lambda r: (r.flow is None, r.flow or 0, r.key)):
@@ -174,6 +192,8 @@ def firewall_rules(desc: Description) -> list[FirewallRule]:
 
 def rule_description(desc: Description, rule: FirewallRule) -> str:
     """The security group rule's description: its flow's, or what Kubernetes needs it for."""
+    if rule.service == SLURM:
+        return "Slurm: srun's ports (SrunPortRange), where a step's tasks connect back"
     if rule.flow is None:
         cni = desc.kubernetes.cni.value if desc.kubernetes else ""
         what = {flows.KUBELET: "kubelet from the control plane",
@@ -214,7 +234,7 @@ def kubernetes_rules(desc: Description) -> set[FirewallRule]:
     def rule(direction: str, protocol: str, port: int, *, segment: str | None = None,
              listed: str | None = None) -> FirewallRule:
         return FirewallRule(BURST_SEGMENT, direction, segment, None, protocol, port, None,
-                            listed)
+                            listed, KUBERNETES)
 
     out = {rule("ingress", "tcp", flows.KUBELET, listed=control),
            rule("egress", "tcp", flows.API_SERVER, listed=control)}
@@ -222,6 +242,25 @@ def kubernetes_rules(desc: Description) -> set[FirewallRule]:
         out |= {rule(d, protocol, p, **peer) for d in ("ingress", "egress") for p in ports
                 for peer in ({"segment": BURST_SEGMENT}, {"listed": nodes})}
     return out
+
+
+def slurm_rules(desc: Description) -> set[FirewallRule]:
+    """srun's ports on the burst nodes' group, which is their only firewall (the image has
+    no host firewall): a step's tasks on other nodes, and slurmctld, connect back to the
+    srun that launched it (flows.slurm_inbound is the on-prem hosts' side). In from and out
+    to the group itself (a batch script's steps across burst nodes) and the on-prem
+    management block, where every Slurm host's management address lies (the controller
+    reaching a burst srun; a burst node's tasks reaching an on-prem login node's srun).
+    One block, not a list of hosts: a prefix list counts its size against the group's rule
+    quota, and the on-prem hosts' own firewalls admit only the Slurm hosts."""
+    mgmt = desc.network.segments.get(MANAGEMENT_SEGMENT)
+    if not desc.burst_groups or BURST_SEGMENT not in desc.network.segments or mgmt is None:
+        return set()
+    lo, hi = SRUN_PORTS
+    return {FirewallRule(BURST_SEGMENT, direction, segment, cidr, "tcp", lo, None,
+                         service=SLURM, to_port=hi)
+            for direction in ("ingress", "egress")
+            for segment, cidr in ((BURST_SEGMENT, None), (None, mgmt.cidr))}
 
 
 # AWS APIs a burst node calls (instance identity and tags, the munge key, SSM, its logs),
