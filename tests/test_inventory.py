@@ -123,12 +123,24 @@ def test_inventory_grows_linearly_with_the_pool() -> None:
     assert large < 5 * small
 
 
+BURST = "burst"  # _firewall's name for a burst image's ruleset
+
+
 def _firewall(stack: str, node: str) -> str:
+    """The hardening role's nftables ruleset for an on-prem node, or for the stack's burst
+    image where node is BURST."""
     import jinja2  # noqa: PLC0415
 
-    from gpupool.render import inventory  # noqa: PLC0415
+    from gpupool.render import cloud  # noqa: PLC0415
 
-    inv = inventory.build(loader.load_stack(stack, ROOT))["all"]
+    desc = loader.load_stack(stack, ROOT)
+    if node == BURST:
+        image = inventory.burst_image_vars(desc, cloud.regions(desc)[0])
+        inbound, sources = image["gpupool_node"]["inbound"], image["gpupool_flow_sources"]
+    else:
+        inv = inventory.build(desc)["all"]
+        inbound = inv["hosts"][node]["gpupool_node"]["inbound"]
+        sources = inv["vars"]["gpupool_flow_sources"]
     env = jinja2.Environment(  # as Ansible's template module: trim_blocks  # noqa: S701
         loader=jinja2.FileSystemLoader(ROOT / "roles" / "hardening" / "templates"),
         trim_blocks=True, undefined=jinja2.StrictUndefined)
@@ -138,12 +150,12 @@ def _firewall(stack: str, node: str) -> str:
     env.filters["mandatory"] = lambda value, msg=None: value
     return env.get_template("nftables.conf.j2").render(
         ansible_managed="test", inventory_hostname=node,
-        hardening_inbound=inv["hosts"][node]["gpupool_node"]["inbound"],
-        hardening_sources=inv["vars"]["gpupool_flow_sources"])
+        hardening_inbound=inbound, hardening_sources=sources)
 
 
 @pytest.mark.parametrize(("stack", "node"), [("lab", "lab-gpu1"), ("lab", "lab-ctl"),
-                                             ("example", "h100-a1"), ("example", "mgmt1")])
+                                             ("example", "h100-a1"), ("example", "mgmt1"),
+                                             ("lab", BURST), ("example", BURST)])
 def test_firewall_ruleset_is_valid_nftables(stack: str, node: str, tmp_path: Path) -> None:
     ruleset = _firewall(stack, node)
     assert "policy drop" in ruleset and "@src_" in ruleset
@@ -178,3 +190,37 @@ def test_srun_is_reached_on_its_port_range_where_it_runs() -> None:
     assert not flows.allowed(desc, "lab-gpu3", "lab-gpu1", "storage", lo)
     assert f"tcp dport {{ {lo}-{hi} }}" in _firewall("lab", "lab-gpu1")
     assert f"{lo}-{hi}" not in _firewall("lab", "lab-ctl2")
+
+
+@pytest.mark.parametrize("stack", ["lab", "example"])
+def test_a_burst_node_keeps_the_management_plane_closed_to_flows_of_all(stack: str) -> None:
+    """A burst node's security groups admit a flow of protocol `all` whole (they cannot
+    leave ports out), so its image carries the host firewall too: the flows to the burst
+    segment on any of its addresses, the management plane's ports (sshd, slurmd, the
+    exporters) closed to all but management, srun's range from the Slurm hosts, and a
+    worker's Kubernetes ports where a cluster is declared."""
+    from gpupool.render import flows  # noqa: PLC0415
+    from gpupool.spec.catalog import BURST_SEGMENT, SRUN_PORTS  # noqa: PLC0415
+
+    desc = loader.load_stack(stack, ROOT)
+    allowances = flows.burst_inbound(desc)
+    assert {a.segment for a in allowances} == {BURST_SEGMENT}
+
+    def admitted(source: str, port: int) -> bool:
+        return any(a.source_segment == source and a.admits(port) for a in allowances)
+
+    assert admitted("management", 22) and admitted("management", 6818)
+    peers = {f.from_ for f in desc.network.flows
+             if f.to == BURST_SEGMENT and f.protocol == "all"} - {"management"}
+    for source in peers:
+        assert admitted(source, 40000)
+        for port in (22, 6818, 9100):
+            assert not admitted(source, port), (source, port)
+    lo, hi = SRUN_PORTS
+    assert admitted(flows.SLURM_HOSTS, lo) and admitted(flows.SLURM_HOSTS, hi)
+    kubelet = admitted(flows.KUBERNETES_CONTROL_PLANE, flows.KUBELET)
+    assert kubelet == (desc.kubernetes is not None)
+    ruleset = _firewall(stack, BURST)
+    assert "ip daddr" not in ruleset and "policy drop" in ruleset
+    assert "tcp dport != { 22," in ruleset
+    assert flows.burst_inbound(desc.model_copy(update={"burst_groups": {}})) == []

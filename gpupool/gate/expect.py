@@ -71,9 +71,6 @@ class NodeExpect:
     probes: tuple[Probe, ...] = field(default=())
     # The description's fixed ids: {"users": member -> uid, "teams": team -> gid}.
     ids: dict[str, dict[str, int]] = field(default_factory=dict)
-    # False on a burst node: its inbound is the security groups the program declares from
-    # the flows (infra/network.py), not a host firewall.
-    host_firewall: bool = True
 
     @property
     def lab(self) -> bool:
@@ -154,9 +151,10 @@ def _fact(facts: Mapping[str, Any], key: str, kind: type) -> Any:
 def burst_expect(facts: Mapping[str, Any], node: str) -> NodeExpect:
     """What a burst node must look like, from the facts its user-data writes
     (gpupool.render.cloud.burst_facts): the group's instance type's GPUs, the software lock,
-    the teams and the storage tiers' mounts. No probes and no host firewall (the security
-    groups are its inbound), no leaf switch. Mount values reach the suites' commands, so
-    they pass the description's own rules again (model.Mount) or the facts are refused."""
+    the teams and the storage tiers' mounts. No probes (nothing declares its peers'
+    addresses) and no leaf switch; its host firewall is checked as on-prem. Mount values
+    reach the suites' commands, so they pass the description's own rules again
+    (model.Mount) or the facts are refused."""
     itype = _fact(facts, "instance_type", str)
     if itype not in INSTANCE_TYPES:
         raise FactsError(f"burst facts: unknown instance type {itype!r}")
@@ -186,5 +184,4 @@ def burst_expect(facts: Mapping[str, Any], node: str) -> NodeExpect:
         leaf="", addresses={}, mtu={},
         gpu=GpuExpect(t.gpu_model, model.product, t.gpus, t.gpu_memory_gib, False,
                       model.min_bf16_tflops, model.min_mem_bw_gbps),
-        software=dict(software), mounts=expected, teams=tuple(teams), ids=ids,
-        host_firewall=False)
+        software=dict(software), mounts=expected, teams=tuple(teams), ids=ids)

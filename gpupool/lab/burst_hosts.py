@@ -22,10 +22,12 @@ boots a real host, which joins Slurm by the launch template's real user-data.
   seed; the metadata fixture serves the instance's id, type, zone, life cycle, tags and the
   instance role's (fixture) credentials.
 
-A burst host has no host firewall (nftables disabled in the image): on AWS its inbound is
-the security groups the Pulumi program declares from the flows (infra/network.py). Its
-node and DCGM exporters are disabled in the image too: the roles bind them to a host's
-declared management address, which a burst node does not have. The boot binds both to
+A burst host's firewall is the image's: the hardening role's ruleset for a burst node
+(flows.burst_inbound, any of its addresses), rendered by Ansible from the role's own
+template with the variables playbooks/burst_image.yml gets; on AWS the security groups the
+Pulumi program declares (infra/network.py) stand in front of it. Its node and DCGM
+exporters are disabled in the image: the roles bind them to a host's declared
+management address, which a burst node does not have. The boot binds both to
 the instance's address and starts them (cloud.user_data); the DCGM exporter here is the
 lab's fixture package, so what its scrape shows is the binding, not GPU telemetry.
 Nothing here is EC2; no cloud behaviour follows from it beyond what moto and the fixtures
@@ -37,9 +39,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
 import shlex
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -47,12 +51,14 @@ from typing import Any
 import yaml
 
 from gpupool.lab import hosts
-from gpupool.paths import PROJECT_ROOT
-from gpupool.render import cloud, slurm
+from gpupool.paths import ANSIBLE_CONFIG, PROJECT_ROOT
+from gpupool.render import cloud, flows, slurm
 from gpupool.spec.model import Description
 
 FIXTURE_IMDS = Path(__file__).with_name("fixture_imds.py")
 BOOT_VARS = PROJECT_ROOT / "playbooks" / "vars" / "burst_image.yml"
+FIREWALL_TEMPLATE = PROJECT_ROOT / "roles" / "hardening" / "templates" / "nftables.conf.j2"
+RENDER_TIMEOUT_S = 120
 PACKAGE_RE = re.compile(r"[a-z0-9][a-z0-9.+-]*")
 BURST_LABEL = "gpupool.burst-instance"
 IMDS_DIR = "/etc/gpupool-lab/imds"  # in the host: the metadata state and injected notices
@@ -84,8 +90,10 @@ rm -rf /var/lib/slurm/slurmd/* /var/lib/cloud /var/log/slurm/*
 mkdir -p /etc/systemd/system/slurmd.service.d
 printf '%s\n' '[Service]' 'ExecStart=' 'ExecStart=/usr/sbin/slurmd -D -s -b $SLURMD_OPTIONS' \
   > /etc/systemd/system/slurmd.service.d/gpupool-lab-boot.conf
+# The burst node's firewall (any of its addresses) for the source host's (its own).
+install -m 0755 /tmp/build/nftables.conf /etc/nftables.conf
 # Services bound to the source host's own addresses (they would fail on any other).
-for unit in slurmd nftables prometheus-node-exporter dcgm-exporter; do
+for unit in slurmd prometheus-node-exporter dcgm-exporter; do
   systemctl disable "$unit" >/dev/null 2>&1 || true  # absent in a leaner source: nothing to do
 done
 : > /etc/machine-id
@@ -135,9 +143,39 @@ def boot_packages() -> str:
     return " ".join(names)
 
 
+def firewall_vars(desc: Description) -> dict[str, Any]:
+    """The hardening role's firewall variables for a burst node, as
+    inventory.burst_image_vars gives them to playbooks/burst_image.yml."""
+    sources = flows.segment_sources(desc)
+    return {"hardening_inbound": flows.burst_inbound_vars(desc, sources),
+            "hardening_sources": sources}
+
+
+def firewall_ruleset(desc: Description) -> str:
+    """The image's /etc/nftables.conf: the hardening role's template rendered by Ansible's
+    template module here, as the role renders it on a real image builder."""
+    with tempfile.TemporaryDirectory() as tmp:
+        given, out = Path(tmp) / "vars.json", Path(tmp) / "nftables.conf"
+        given.write_text(json.dumps(firewall_vars(desc)))
+        proc = subprocess.run(
+            [str(PROJECT_ROOT / ".venv" / "bin" / "ansible"), "localhost", "-c", "local",
+             "-i", "localhost,", "-m", "ansible.builtin.template",
+             "-a", f"src={FIREWALL_TEMPLATE} dest={out}", "-e", f"@{given}",
+             "-e", f"ansible_python_interpreter={sys.executable}"],
+            # Ansible's own strategy: Mitogen's does not run a local connection here.
+            cwd=PROJECT_ROOT, env={**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE_CONFIG),
+                                   "ANSIBLE_STRATEGY": "linear"},
+            capture_output=True, text=True, timeout=RENDER_TIMEOUT_S, check=False)
+        if proc.returncode != 0 or not out.exists():
+            raise BurstLabError(f"rendering the burst image's firewall: {proc.stdout[-2000:]}"
+                                f"{proc.stderr[-2000:]}")
+        return out.read_text()
+
+
 def image_ref(desc: Description, source_id: str) -> str:
     recipe = json.dumps([SCRUB, DEBIAN_LIST, boot_packages(), FIXTURE_IMDS.read_text(),
-                         source_id])
+                         FIREWALL_TEMPLATE.read_text(), firewall_vars(desc), source_id],
+                        sort_keys=True)
     digest = hashlib.sha256(recipe.encode()).hexdigest()[:16]
     return f"localhost/gpupool-burst-{desc.pool.name}:{digest}"
 
@@ -172,6 +210,7 @@ def build_image(desc: Description, report: hosts.Report = lambda _m: None) -> st
     hosts.podman("rm", "-f", builder, check=False)
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "fixture_imds.py").write_text(FIXTURE_IMDS.read_text())
+        (Path(tmp) / "nftables.conf").write_text(firewall_ruleset(desc))
         try:
             hosts.podman("run", "--name", builder, "-v", f"{tmp}:/tmp/build:ro",
                          "-e", f"DEBIAN_LIST={DEBIAN_LIST}",

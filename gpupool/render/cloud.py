@@ -245,8 +245,8 @@ def kubernetes_rules(desc: Description) -> set[FirewallRule]:
 
 
 def slurm_rules(desc: Description) -> set[FirewallRule]:
-    """srun's ports on the burst nodes' group, which is their only firewall (the image has
-    no host firewall): a step's tasks on other nodes, and slurmctld, connect back to the
+    """srun's ports on the burst nodes' group (flows.burst_inbound is the image's host
+    firewall behind it): a step's tasks on other nodes, and slurmctld, connect back to the
     srun that launched it (flows.slurm_inbound is the on-prem hosts' side). In from and out
     to the group itself (a batch script's steps across burst nodes) and the on-prem
     management block, where every Slurm host's management address lies (the controller

@@ -116,6 +116,11 @@ def slurm_sources(desc: Description) -> dict[str, tuple[str, ...]]:
     return {SLURM_HOSTS: tuple(sorted(hosts | set(_burst_block(desc))))}
 
 
+def _srun(segment: str, sources: dict[str, tuple[str, ...]]) -> Allowance:
+    return Allowance(segment, SLURM_HOSTS, sources[SLURM_HOSTS], "tcp", (),
+                     port_ranges=(SRUN_PORTS,))
+
+
 def slurm_inbound(desc: Description, node: str,
                   sources: dict[str, tuple[str, ...]]) -> list[Allowance]:
     """srun's ports on a host that runs srun: a login node, or a compute node (its batch
@@ -124,8 +129,7 @@ def slurm_inbound(desc: Description, node: str,
     if not {NodeRole.COMPUTE, NodeRole.LOGIN} & set(n.roles) or (
             MANAGEMENT_SEGMENT not in n.addresses):
         return []
-    return [Allowance(MANAGEMENT_SEGMENT, SLURM_HOSTS, sources[SLURM_HOSTS], "tcp", (),
-                      port_ranges=(SRUN_PORTS,))]
+    return [_srun(MANAGEMENT_SEGMENT, sources)]
 
 
 def kubernetes_member(desc: Description, node: str) -> bool:
@@ -156,17 +160,31 @@ def kubernetes_inbound(desc: Description, node: str,
     k8s = desc.kubernetes
     if k8s is None or not kubernetes_member(desc, node):
         return []
-
-    def allow(source: str, protocol: str, ports: tuple[int, ...]) -> Allowance:
-        return Allowance(KUBERNETES_SEGMENT, source, sources[source], protocol, ports)
-
     out = []
     if node in k8s.control_plane:
-        out += [allow(KUBERNETES_API_CLIENTS, "tcp", (API_SERVER,)),
-                allow(KUBERNETES_CONTROL_PLANE, "tcp", ETCD)]
-    out.append(allow(KUBERNETES_CONTROL_PLANE, "tcp", (KUBELET,)))
-    out += [allow(KUBERNETES_NODES, protocol, ports) for protocol, ports in CNI_PORTS[k8s.cni]]
-    return out
+        out += [Allowance(KUBERNETES_SEGMENT, source, sources[source], "tcp", ports)
+                for source, ports in ((KUBERNETES_API_CLIENTS, (API_SERVER,)),
+                                      (KUBERNETES_CONTROL_PLANE, ETCD))]
+    return out + _kubernetes_worker(k8s.cni, KUBERNETES_SEGMENT, sources)
+
+
+def _kubernetes_worker(cni: Cni, segment: str,
+                       sources: dict[str, tuple[str, ...]]) -> list[Allowance]:
+    """A worker's part, on its kubelet node IP's segment: kubelet from the control plane,
+    the pod network from the cluster's nodes."""
+    return [Allowance(segment, KUBERNETES_CONTROL_PLANE, sources[KUBERNETES_CONTROL_PLANE],
+                      "tcp", (KUBELET,)),
+            *(Allowance(segment, KUBERNETES_NODES, sources[KUBERNETES_NODES], protocol, ports)
+              for protocol, ports in CNI_PORTS[cni])]
+
+
+def _flows_into(desc: Description, segments: set[str],
+                sources: dict[str, tuple[str, ...]]) -> list[Allowance]:
+    """The declared flows to addresses in these segments."""
+    return [Allowance(flow.to, flow.from_, sources[flow.from_], flow.protocol,
+                      tuple(flow.ports),
+                      closed_to_all_flows(flow.from_) if flow.protocol == ALL_PORTS else ())
+            for flow in desc.network.flows if flow.to in segments]
 
 
 def inbound(desc: Description, node: str,
@@ -174,12 +192,25 @@ def inbound(desc: Description, node: str,
     """The inbound allowances of one node, per destination segment it sits on. Pass the
     render's segment_sources() when calling this for many nodes."""
     sources = segment_sources(desc) if sources is None else sources
-    mine = desc.nodes[node].addresses
-    return [Allowance(flow.to, flow.from_, sources[flow.from_], flow.protocol,
-                      tuple(flow.ports),
-                      closed_to_all_flows(flow.from_) if flow.protocol == ALL_PORTS else ())
-            for flow in desc.network.flows if flow.to in mine
-            ] + slurm_inbound(desc, node, sources) + kubernetes_inbound(desc, node, sources)
+    return (_flows_into(desc, set(desc.nodes[node].addresses), sources)
+            + slurm_inbound(desc, node, sources) + kubernetes_inbound(desc, node, sources))
+
+
+def burst_inbound(desc: Description,
+                  sources: dict[str, tuple[str, ...]] | None = None) -> list[Allowance]:
+    """A burst node's inbound, on its one address (in the burst segment's cloud block):
+    the flows to the burst segment, srun's ports, and, where a cluster is declared, a
+    worker's Kubernetes ports. Its security groups (cloud.firewall_rules) admit the same
+    at the segment's grain; this, its host firewall, keeps what they cannot say: a flow of
+    protocol `all` leaves the management plane's ports closed, as on-prem. Empty where the
+    pool does not burst."""
+    if not desc.burst_groups or BURST_SEGMENT not in desc.network.segments:
+        return []
+    sources = segment_sources(desc) if sources is None else sources
+    out = [*_flows_into(desc, {BURST_SEGMENT}, sources), _srun(BURST_SEGMENT, sources)]
+    if desc.kubernetes is not None:
+        out += _kubernetes_worker(desc.kubernetes.cni, BURST_SEGMENT, sources)
+    return out
 
 
 def allowed(desc: Description, src: str, dst: str, segment: str, port: int) -> bool:
@@ -207,13 +238,23 @@ def probe_ports(desc: Description) -> list[int]:
     return sorted({*(p for f in desc.network.flows for p in f.ports), canary_port(desc)})
 
 
+def _as_vars(a: Allowance, address: str) -> dict[str, object]:
+    return {"segment": a.segment, "source_segment": a.source_segment,
+            "protocol": a.protocol,
+            "ports": [*a.ports, *(f"{lo}-{hi}" for lo, hi in a.port_ranges)],
+            "closed": list(a.closed), "address": address}
+
+
 def inbound_vars(desc: Description, node: str,
                  sources: dict[str, tuple[str, ...]]) -> list[dict[str, object]]:
     """inbound() as plain data for the hardening role's firewall template: without the
     source addresses, which the template takes from the pool-wide gpupool_flow_sources."""
-    return [{"segment": a.segment, "source_segment": a.source_segment,
-             "protocol": a.protocol,
-             "ports": [*a.ports, *(f"{lo}-{hi}" for lo, hi in a.port_ranges)],
-             "closed": list(a.closed),
-             "address": desc.nodes[node].addresses[a.segment]}
+    return [_as_vars(a, desc.nodes[node].addresses[a.segment])
             for a in inbound(desc, node, sources)]
+
+
+def burst_inbound_vars(desc: Description,
+                       sources: dict[str, tuple[str, ...]]) -> list[dict[str, object]]:
+    """burst_inbound() for the template, with no address: an image serves every burst node,
+    whose one address EC2 gives at launch (the template then matches any destination)."""
+    return [_as_vars(a, "") for a in burst_inbound(desc, sources)]

@@ -182,12 +182,14 @@ def burst_image_vars(desc: Description, region: str) -> dict[str, Any]:
     """The variables playbooks/burst_image.yml runs with on an image builder's instance,
     which no inventory knows: the pool-wide parts the image's roles read (the lock, the
     teams' users and groups) and a `gpupool_node` for a burst node of the region. A burst
-    node has no declared address, class or firewall (its security groups are the flows,
-    infra/network.py) and its Kubernetes registration comes at boot (cloud.user_data)."""
+    node has no declared address or class; its host firewall admits any of its addresses
+    (flows.burst_inbound), beside its security groups (infra/network.py), and its
+    Kubernetes registration comes at boot (cloud.user_data)."""
     groups = [g for g in desc.burst_groups.values() if g.region == region]
     if not groups:
         raise ValueError(f"no burst group bursts in {region}")
     first = INSTANCE_TYPES[groups[0].instance_types[0]]
+    sources = flows.segment_sources(desc)
     return {
         "gpupool_pool": desc.pool.model_dump(mode="json"),
         "gpupool_software": desc.software.model_dump(mode="json"),
@@ -196,11 +198,11 @@ def burst_image_vars(desc: Description, region: str) -> dict[str, Any]:
         # The tiers whose mount units the image carries (role storage).
         "gpupool_storage_tiers": storage_tiers(desc),
         "gpupool_lustre_client": lustre_client(desc),
-        # Read by the roles' argument specs, whose defaults Ansible resolves even where the
-        # playbook sets the option: no flow sources (the image has no host firewall), the
-        # health policy, and no description (the image runs no health loop: a burst node
-        # gates itself at boot from its facts).
-        "gpupool_flow_sources": {},
+        # The host firewall's sources; the health policy (read by the roles' argument
+        # specs, whose defaults Ansible resolves even where the playbook sets the option);
+        # and no description (the image runs no health loop: a burst node gates itself at
+        # boot from its facts).
+        "gpupool_flow_sources": {k: list(v) for k, v in sources.items()},
         "gpupool_health": health_plan(desc),
         "gpupool_description_file": "",
         "gpupool_node": {
@@ -212,6 +214,6 @@ def burst_image_vars(desc: Description, region: str) -> dict[str, Any]:
             "gpu": {"model": first.gpu_model, "count": first.gpus,
                     "memory_gib": first.gpu_memory_gib},
             "kubernetes": None,
-            "inbound": [],
+            "inbound": flows.burst_inbound_vars(desc, sources),
         },
     }

@@ -20,6 +20,7 @@ import base64
 import contextlib
 import json
 import shlex
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ import bench.slurm_lab
 from gpupool.lab import burst_hosts, localaws, slurm_cluster
 from gpupool.lab import hosts as lab_mod
 from gpupool.onhost import burst
-from gpupool.render import cloud, slurm
+from gpupool.render import cloud, flows, slurm
 from gpupool.spec.facts import controller, rack_places
 from tests.conftest import lab_description
 from tests.integration.conftest import Run, ansible_playbook
@@ -512,6 +513,21 @@ def _scraped(cluster: Slurm, node: str, address: str) -> dict[str, str]:
             if t["labels"].get("node") == node and t["scrapeUrl"].startswith(f"http://{address}:")}
 
 
+TCP_PROBE_S = 3
+
+
+def _tcp(address: str, port: int) -> str:
+    """A TCP connection from this machine: open, refused (admitted, nothing listening) or
+    timeout (dropped)."""
+    try:
+        with socket.create_connection((address, port), timeout=TCP_PROBE_S):
+            return "open"
+    except ConnectionRefusedError:
+        return "refused"
+    except TimeoutError:
+        return "timeout"
+
+
 def on_host(node: str, command: str) -> str:
     """A command's output on a burst host (empty when the host is gone)."""
     return lab_mod.podman("exec", burst_hosts.host_name(DESC, node), "sh", "-c", command,
@@ -607,6 +623,13 @@ def test_burst_instance_boots_into_the_pool_runs_the_job_and_is_terminated(clust
     # A job's user has the uid the description fixes here too (the image's accounts).
     user, uid = next(iter(DESC.ids.users.items()))
     assert on_host(node, f"id -u {user}").strip() == str(uid)
+    # The image's host firewall is up: this machine speaks from the burst network's gateway,
+    # in the burst block, whose flow of protocol `all` leaves the management plane closed
+    # (sshd dropped) and lets other ports in (refused: nothing listens there); slurmd and
+    # the exporters answered the controller above.
+    assert "policy drop" in on_host(node, "nft list chain inet gpupool input")
+    assert (_tcp(address, 22), _tcp(address, flows.canary_port(DESC))) == (
+        "timeout", "refused")
     assert "slurm.conf" in on_host(node, "ls /var/lib/slurm/slurmd/conf-cache")
     # The gate's quick tier passed on the host before slurmd started (gpupool/gate/boot.py).
     report = json.loads(on_host(node, f"cat {cloud.GATE_REPORTS}/{node}.json"))

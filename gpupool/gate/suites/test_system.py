@@ -101,9 +101,7 @@ def test_ssh_only_through_a_job(host, expect: NodeExpect, measure: Measure) -> N
 
 
 @pytest.mark.action(Action.RECONFIGURE)
-def test_firewall_default_drop(host, expect: NodeExpect, measure: Measure) -> None:  # type: ignore[no-untyped-def]
-    if not expect.host_firewall:
-        pytest.skip("a burst node's inbound is its security groups (infra/network.py)")
+def test_firewall_default_drop(host, measure: Measure) -> None:  # type: ignore[no-untyped-def]
     out = host.run("nft -j list chain inet gpupool input")
     chains = [o["chain"] for o in json.loads(out.stdout or '{"nftables": []}')["nftables"]
               if "chain" in o] if out.rc == 0 else []
