@@ -17,7 +17,9 @@ boots a real host, which joins Slurm by the launch template's real user-data.
   subnet with the subnet's CIDR, so a host gets the private address EC2 gave its
   instance. The lab's stand-in for the hybrid link is this machine's routing between its
   networks, with the pool's cloud blocks and on-prem segments exempt from podman's
-  masquerade (link_up): addresses arrive unchanged, as over a VPN.
+  masquerade (link_up): addresses arrive unchanged, as over a VPN. The on-prem hosts
+  route the cloud blocks through their management network, so they speak to burst nodes
+  from their management address, as the flows say.
 - **The boot**: the instance's user-data (from its launch template) is the host's NoCloud
   seed; the metadata fixture serves the instance's id, type, zone, life cycle, tags and the
   instance role's (fixture) credentials.
@@ -345,6 +347,26 @@ def _iptables(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=30, check=False)
 
 
+def _onprem_routes(desc: Description, verb: str) -> list[str]:
+    """On every on-prem lab host that runs, `ip route VERB` each cloud block through its
+    management network, as the network team routes the burst VPC: a management flow's
+    source is a host's management address (flows), and the burst nodes' firewall admits
+    slurmctld, srun's peers and the scrapers from there only. podman gives a host with
+    several networks a default route on each, and the kernel took the storage one.
+    Returns the hosts where it failed."""
+    gateway = aws_address(desc)  # this machine on the management network
+    failed = []
+    for node in desc.nodes:
+        if hosts.podman("container", "exists", host_name(desc, node),
+                        check=False).returncode != 0:
+            continue
+        for block in cloud.vpc_cidrs(desc):
+            done = hosts.exec_(desc, node, ["ip", "route", verb, block, "via", gateway])
+            if done.returncode != 0:
+                failed.append(f"{node}: ip route {verb} {block}: {done.stderr.strip()}")
+    return failed
+
+
 def link_up(desc: Description) -> None:
     """The lab's hybrid link (idempotent)."""
     for rule in _link_rules(desc):
@@ -352,6 +374,9 @@ def link_up(desc: Description) -> None:
             done = _iptables("-I", *rule)
             if done.returncode != 0:
                 raise BurstLabError(f"iptables -I {' '.join(rule)}: {done.stderr.strip()}")
+    failed = _onprem_routes(desc, "replace")
+    if failed:
+        raise BurstLabError("; ".join(failed))
 
 
 def link_down(desc: Description) -> None:
@@ -360,6 +385,7 @@ def link_down(desc: Description) -> None:
             if _iptables("-C", *rule).returncode != 0:
                 break
             _iptables("-D", *rule)
+    _onprem_routes(desc, "del")  # a host without the route has nothing to remove
 
 
 def _running(ec2: Any, desc: Description) -> list[dict[str, Any]]:
