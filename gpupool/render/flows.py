@@ -28,6 +28,11 @@ the cluster's nodes and the admin ranges, etcd between control-plane nodes, kube
 the control plane, and the pod network's ports between the cluster's nodes. Their sources
 are the pseudo segments KUBERNETES_* in segment_sources(). Burst nodes, workers too, come
 from their subnets' block; their security groups' side is cloud.kubernetes_rules().
+
+A burst node's own host firewall (the image's) is burst_inbound(): the same allowances on
+the burst segment, for any of its addresses, since an image serves every node. Its
+security groups cannot leave ports out of a flow of protocol `all`; this keeps the
+management plane closed there as on-prem.
 """
 
 from __future__ import annotations
