@@ -54,7 +54,7 @@ import yaml
 
 from gpupool.lab import hosts
 from gpupool.paths import ANSIBLE_CONFIG, PROJECT_ROOT
-from gpupool.render import cloud, flows, slurm
+from gpupool.render import cloud, inventory, slurm
 from gpupool.spec.model import Description
 
 FIXTURE_IMDS = Path(__file__).with_name("fixture_imds.py")
@@ -146,11 +146,12 @@ def boot_packages() -> str:
 
 
 def firewall_vars(desc: Description) -> dict[str, Any]:
-    """The hardening role's firewall variables for a burst node, as
-    inventory.burst_image_vars gives them to playbooks/burst_image.yml."""
-    sources = flows.segment_sources(desc)
-    return {"hardening_inbound": flows.burst_inbound_vars(desc, sources),
-            "hardening_sources": sources}
+    """The hardening role's firewall variables for a burst node: those
+    inventory.burst_image_vars gives playbooks/burst_image.yml (the lab bursts in one
+    region; the firewall is the same in every one)."""
+    image = inventory.burst_image_vars(desc, cloud.regions(desc)[0])
+    return {"hardening_inbound": image["gpupool_node"]["inbound"],
+            "hardening_sources": image["gpupool_flow_sources"]}
 
 
 def firewall_ruleset(desc: Description) -> str:

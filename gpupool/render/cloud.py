@@ -128,6 +128,7 @@ def vpc_cidrs(desc: Description) -> list[str]:
 KUBERNETES = "kubernetes"
 SLURM = "slurm"
 
+
 @dataclass(frozen=True)
 class FirewallRule:
     """One allowed path into a segment's security group (or out of one, for egress)."""
