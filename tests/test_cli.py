@@ -127,6 +127,15 @@ def test_policy_list_names_every_policy(capsys: pytest.CaptureFixture[str]) -> N
     assert max(len(line.rstrip()) for line in lines) <= 80
 
 
+def test_every_verbs_help_is_printed() -> None:
+    # argparse formats help with %: a literal % in a help text is a TypeError at --help.
+    parser = importlib.import_module("gpupool.cli.main").build_parser()
+    verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert len(verbs.choices) >= 12
+    for verb, sub in verbs.choices.items():
+        assert sub.format_help().startswith(f"usage: gpupool {verb}"), verb
+
+
 def test_every_option_is_documented_with_its_default() -> None:
     parser = importlib.import_module("gpupool.cli.main").build_parser()
     verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

@@ -36,8 +36,8 @@ def _setup(p: argparse.ArgumentParser) -> None:
                         "given)")
     p.add_argument("--preemptible-first", action="store_true",
                    help="re-time the jobs so the preemptible classes' arrive in the first "
-                        f"{trace.PREEMPTIBLE_FIRST_SHARE:.0%} of the horizon (less, where "
-                        "that would not fill the pool) and the others after (same jobs, "
+                        f"{trace.PREEMPTIBLE_FIRST_SHARE * 100:.0f}%% of the horizon (less, "
+                        "where that would not fill the pool) and the others after (same jobs, "
                         "same load): the pool fills with work that later work must take "
                         "back")
     p.add_argument("--seed", type=int, default=1,
