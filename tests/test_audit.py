@@ -76,6 +76,43 @@ def test_a_time_that_is_no_number_names_its_line(tmp_path: Path, value: str) -> 
         audit.read_alibaba(path, trace_end=200)
 
 
+GOOD_POD = {"name": "p1", "num_gpu": "1", "gpu_milli": "1000", "qos": "LS",
+            "creation_time": "0", "deletion_time": "100", "scheduled_time": "10"}
+BAD_POD_VALUES = [("num_gpu", v) for v in ("-1", "1.5", "abc", "", "9" * 30, "9" * 5000)] + [
+    ("gpu_milli", v) for v in ("-5", "1001", "1e3", " ")] + [
+    (col, v) for col in ("creation_time", "deletion_time", "scheduled_time")
+    for v in ("-1", "abc", "1e400", "0x10", "9" * 400)] + [("creation_time", "")]
+
+
+@pytest.mark.parametrize(("column", "value"), BAD_POD_VALUES)
+def test_a_pod_value_the_trace_never_holds_names_its_line(
+        tmp_path: Path, column: str, value: str) -> None:
+    """Whichever reader takes the file (the audit's or the replay's sampler), a value that
+    is not what the column holds is one message naming the file and line: never a
+    traceback, and never a job of 10^30 GPUs."""
+    from gpupool.workload import trace  # noqa: PLC0415 - the sampler, one layer up
+
+    path = tmp_path / "pods.csv"
+    bad = GOOD_POD | {column: value}
+    path.write_text(",".join(audit.ALIBABA_COLUMNS) + "\n"
+                    + "\n".join(",".join(row[c] for c in audit.ALIBABA_COLUMNS)
+                                for row in (GOOD_POD | {"name": "p0"}, bad)) + "\n")
+    with pytest.raises(audit.TraceError, match=r"pods.csv:3: "):
+        audit.read_alibaba(path, trace_end=200)
+    with pytest.raises(audit.TraceError, match=r"pods.csv:3: "):
+        trace.sample_alibaba(path, ["vision"], jobs=2, horizon_s=10, max_gpus=4)
+
+
+@pytest.mark.parametrize("tres", ["gres/gpu=" + "9" * 30, "gres/gpu=" + "9" * 5000,
+                                  "gres/gpu=1,gres/gpu:a100=100001"])
+def test_a_gpu_count_no_job_has_names_its_line(tmp_path: Path, tres: str) -> None:
+    path = tmp_path / "sacct.txt"
+    path.write_text(SACCT + f"105|nlp|training|{tres}|2026-11-01T10:00:00"
+                    "|2026-11-01T10:00:01|2026-11-01T11:00:00|COMPLETED\n")
+    with pytest.raises(audit.TraceError, match=r"sacct.txt:5: "):
+        audit.read_sacct(path)
+
+
 def test_fcfs_simulation_and_sizing() -> None:
     jobs = [_job(i) for i in range(4)]  # four 1-GPU jobs of 100 s, all at t=0
     assert audit.simulate_fcfs_waits(jobs, 1) == [0, 100, 200, 300]

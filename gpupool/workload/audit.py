@@ -67,12 +67,18 @@ ALIBABA_COLUMNS = ("name", "num_gpu", "gpu_milli", "qos", "creation_time", "dele
                    "scheduled_time")
 
 
+# Past these a value is a mistake in the file, not a job: GPUs on one job, and seconds
+# from the trace's (or the epoch's) start.
+MAX_JOB_GPUS = 100_000
+MAX_TRACE_SECONDS = 1e11
+
+
 @contextlib.contextmanager
 def at_line(path: Path, line: int) -> Iterator[None]:
     """Turn a bad value on one line into a TraceError naming the file and line."""
     try:
         yield
-    except (ValueError, KeyError, TypeError, IndexError) as exc:
+    except (ValueError, KeyError, TypeError, IndexError, ArithmeticError) as exc:
         raise TraceError(f"{path}:{line}: {type(exc).__name__}: {exc}") from None
 
 
@@ -88,6 +94,51 @@ def csv_rows(path: Path, columns: Iterable[str]) -> list[dict[str, str]]:
             return list(reader)
     except csv.Error as exc:
         raise TraceError(f"{path}: not a CSV file: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Pod:
+    """One row of an Alibaba openb_pod_list_*.csv, its values checked."""
+    name: str
+    qos: str
+    gpus: float  # whole GPUs, or a share of one (gpu_milli / 1000); 0 for a CPU pod
+    created: float
+    scheduled: float | None  # None: never scheduled
+    deleted: float | None  # None: still running when the trace ends
+
+
+def _gpu_count(value: str, what: str, most: int) -> int:
+    count = int(value)
+    if not 0 <= count <= most:
+        raise ValueError(f"{what} {count} must be from 0 to {most}")
+    return count
+
+
+def _trace_seconds(value: str, what: str) -> float | None:
+    if not value:
+        return None
+    t = float(value)
+    if not 0 <= t <= MAX_TRACE_SECONDS:  # also refuses nan and inf
+        raise ValueError(f"{what} {value[:40]!r} must be a finite number of seconds from 0, "
+                         f"{MAX_TRACE_SECONDS:g} at most")
+    return t
+
+
+def alibaba_pods(path: Path) -> list[Pod]:
+    """The pods of an openb_pod_list_*.csv; a value that is not what the trace's columns
+    hold stops the read at its line."""
+    pods = []
+    for n, r in enumerate(csv_rows(path, ALIBABA_COLUMNS), start=2):
+        with at_line(path, n):
+            num = _gpu_count(r["num_gpu"], "num_gpu", MAX_JOB_GPUS)
+            milli = _gpu_count(r["gpu_milli"], "gpu_milli", 1000)
+            created = _trace_seconds(r["creation_time"], "creation_time")
+            if created is None:
+                raise ValueError("creation_time is empty")
+            pods.append(Pod(r["name"], r["qos"], num if num > 1 else milli / 1000, created,
+                            _trace_seconds(r["scheduled_time"], "scheduled_time"),
+                            _trace_seconds(r["deletion_time"], "deletion_time")))
+    return pods
 
 
 def _ran(job: Job) -> Job | None:
@@ -123,7 +174,8 @@ def read_sacct(path: Path) -> list[Job]:
             s, b, e = _ts(submit), _ts(start), _ts(end)
             if not m or s is None or b is None or e is None:
                 continue  # CPU-only, or never ran
-            if job := _ran(Job(job_id, account, partition, float(max(map(int, m))), s, b, e)):
+            gpus = max(_gpu_count(g, "gres/gpu", MAX_JOB_GPUS) for g in m)
+            if job := _ran(Job(job_id, account, partition, float(gpus), s, b, e)):
                 jobs.append(job)
     return jobs
 
@@ -140,22 +192,17 @@ def read_alibaba(path: Path, trace_end: float | None = None,
     QoS class -> task class (default ALIBABA_CLASS); a QoS class it does not name counts as
     UNMAPPED_CLASS and is added to `unmapped`, so the report can say so."""
     classes = ALIBABA_CLASS if classes is None else classes
-    rows = csv_rows(path, ALIBABA_COLUMNS)
-    with at_line(path, 0):
-        end_of_trace = trace_end or max((float(r["deletion_time"] or 0) for r in rows),
-                                        default=0.0)
+    pods = alibaba_pods(path)
+    end_of_trace = trace_end or max((p.deleted or 0.0 for p in pods), default=0.0)
     jobs = []
-    for n, r in enumerate(rows, start=2):
-        with at_line(path, n):
-            gpus = int(r["num_gpu"]) if int(r["num_gpu"]) > 1 else int(r["gpu_milli"]) / 1000
-            if not r["scheduled_time"]:
-                continue
-            end = float(r["deletion_time"]) if r["deletion_time"] else end_of_trace
-            if r["qos"] not in classes and unmapped is not None:
-                unmapped.add(r["qos"])
-            if job := _ran(Job(r["name"], "trace", classes.get(r["qos"], UNMAPPED_CLASS), gpus,
-                               float(r["creation_time"]), float(r["scheduled_time"]), end)):
-                jobs.append(job)
+    for p in pods:
+        if p.scheduled is None:
+            continue
+        if p.qos not in classes and unmapped is not None:
+            unmapped.add(p.qos)
+        if job := _ran(Job(p.name, "trace", classes.get(p.qos, UNMAPPED_CLASS), p.gpus,
+                           p.created, p.scheduled, p.deleted or end_of_trace)):
+            jobs.append(job)
     return jobs
 
 

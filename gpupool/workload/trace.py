@@ -25,9 +25,10 @@ from pathlib import Path
 
 from gpupool.workload.audit import (
     ALIBABA_CLASS,
-    ALIBABA_COLUMNS,
     UNMAPPED_CLASS,
+    Pod,
     TraceError,
+    alibaba_pods,
     at_line,
     csv_rows,
 )
@@ -215,21 +216,18 @@ def sample_alibaba(path: Path, teams: list[str], *, jobs: int, horizon_s: float,
     so the offered load on `capacity_gpus` is `load`: a window dense enough to saturate
     the pool whatever the trace's own pace.
     """
-    rows = []
-    for n, r in enumerate(csv_rows(path, ALIBABA_COLUMNS), start=2):
-        with at_line(path, n):
-            if r["scheduled_time"] and r["deletion_time"] and int(r["gpu_milli"]) > 0:
-                rows.append(r)
+    rows = [(p, d) for p in alibaba_pods(path) if (d := _ran_for(p)) is not None]
     if not rows:
         raise TraceError(f"{path}: no GPU pod that was scheduled and ended")
     rng = random.Random(seed)  # noqa: S311 - reproducible sampling
     start = rng.randrange(0, max(1, len(rows) - jobs))
-    window = sorted(rows[start:start + jobs], key=lambda r: float(r["creation_time"]))
-    t0 = float(window[0]["creation_time"])
-    span = max(1.0, float(window[-1]["creation_time"]) - t0)
+    window = sorted(rows[start:start + jobs], key=lambda pd: pd[0].created)
+    t0 = window[0][0].created
+    span = max(1.0, window[-1][0].created - t0)
     scale = horizon_s / span
-    gpus = [min(max_gpus, max(1, int(r["num_gpu"]))) for r in window]
-    runs = [float(r["deletion_time"]) - float(r["scheduled_time"]) for r in window]
+    # A share of a GPU takes a whole one.
+    gpus = [min(max_gpus, max(1, math.ceil(p.gpus))) for p, _ in window]
+    runs = [d for _, d in window]
 
     def length(d: float, stretch: float) -> float:
         return min(max(d * stretch, MIN_SAMPLED_S), horizon_s)
@@ -242,10 +240,17 @@ def sample_alibaba(path: Path, teams: list[str], *, jobs: int, horizon_s: float,
                                lambda s: sum(g * length(d, s) for g, d in zip(gpus, runs,
                                                                               strict=True)))
     return [TraceJob(f"a{i:04d}", teams[i % len(teams)],
-                     ALIBABA_CLASS.get(r["qos"], UNMAPPED_CLASS), g,
-                     round((float(r["creation_time"]) - t0) * scale, 3),
-                     round(length(d, stretch), 3))
-            for i, (r, g, d) in enumerate(zip(window, gpus, runs, strict=True))]
+                     ALIBABA_CLASS.get(p.qos, UNMAPPED_CLASS), g,
+                     round((p.created - t0) * scale, 3), round(length(d, stretch), 3))
+            for i, ((p, d), g) in enumerate(zip(window, gpus, strict=True))]
+
+
+def _ran_for(pod: Pod) -> float | None:
+    """How long a GPU pod ran, or None: no GPU, never scheduled, or not ended."""
+    if pod.gpus <= 0 or pod.scheduled is None or pod.deleted is None \
+            or pod.deleted < pod.scheduled:
+        return None
+    return pod.deleted - pod.scheduled
 
 
 def _stretch_for(target: float, work: Callable[[float], float]) -> float:
