@@ -120,6 +120,28 @@ def test_expand_hostlist():
     assert burst.expand_hostlist(slurm.hostlist(names)) == names
 
 
+@pytest.mark.parametrize("expr", ["a[1-999999999]", "a[5-2]", "a[x]", "a[1-2]b[3]", "a[",
+                                  "a]b", "a[1-2],[]", "a[-1]", "a[1-2-3]", "a[" + "9" * 12 + "]"])
+def test_a_hostlist_slurm_never_writes_is_refused(expr: str) -> None:
+    with pytest.raises(ValueError, match="hostlist"):
+        burst.expand_hostlist(expr)
+
+
+@pytest.mark.parametrize("hostlist", ["l4-burst-[0-99999999]", "l4-burst-[1-0]", "$(id)",
+                                      "not-a-burst-node"])
+def test_the_resume_program_refuses_bad_input_in_one_line(
+        tmp_path: Path, hostlist: str, caplog: pytest.LogCaptureFixture) -> None:
+    """slurmctld logs what its ResumeProgram prints: a hostlist or a configuration it cannot
+    read is one error line and exit 2, before any request."""
+    config = tmp_path / "burst.json"
+    config.write_text(json.dumps(slurm.burst_config(loader.load_stack("lab"))))
+    assert burst.main(["resume", hostlist, "--config", str(config)]) == 2
+    assert burst.main(["suspend", "l4-burst-0", "--config", str(tmp_path / "none")]) == 2
+    assert all("Traceback" not in r.getMessage() and "\n" not in r.getMessage()
+               for r in caplog.records)
+    assert [r.levelname for r in caplog.records] == ["ERROR", "ERROR"]
+
+
 def test_config_comes_from_the_description():
     desc = loader.load_stack("lab")
     config = slurm.burst_config(desc)

@@ -213,19 +213,36 @@ def check_group(name: str, group: dict[str, Any]) -> dict[str, Any]:
     return group
 
 
+# Slurm's own limit is far above any pool; past this an expression is a mistake, not nodes.
+MAX_HOSTLIST_NAMES = 65536
+_HOSTLIST_ITEM = re.compile(r"([^\[\],]*)(?:\[([0-9,-]+)\])?([^\[\],]*)")
+_HOSTLIST_RANGE = re.compile(r"([0-9]{1,9})(?:-([0-9]{1,9}))?")
+
+
 def expand_hostlist(expr: str) -> list[str]:
-    """Slurm hostlist expressions: 'gpu-[0-2,5],x' -> gpu-0, gpu-1, gpu-2, gpu-5, x."""
+    """Slurm hostlist expressions: 'gpu-[0-2,5],x' -> gpu-0, gpu-1, gpu-2, gpu-5, x. One
+    bracket per name (gpupool's names end in one number); anything else, a range that runs
+    backwards, or more than MAX_HOSTLIST_NAMES names is a ValueError."""
     names: list[str] = []
-    for m in re.finditer(r"([^,\[]+)(?:\[([^\]]+)\])?([^,]*)", expr):
+    for item in re.findall(r"[^,\[]*(?:\[[^\]]*\])?[^,]*", expr):
+        if not item:
+            continue
+        m = _HOSTLIST_ITEM.fullmatch(item)
+        if not m or not (m[1] or m[2]):
+            raise ValueError(f"hostlist {expr[:80]!r}: cannot read {item[:40]!r}")
         prefix, ranges, suffix = m.groups()
         if not ranges:
             names.append(prefix + suffix)
             continue
         for part in ranges.split(","):
-            lo, _, hi = part.partition("-")
-            width = len(lo) if lo.startswith("0") and len(lo) > 1 else 0
-            for i in range(int(lo), int(hi or lo) + 1):
-                names.append(f"{prefix}{i:0{width}d}{suffix}")
+            r = _HOSTLIST_RANGE.fullmatch(part)
+            if not r or int(r[2] or r[1]) < int(r[1]):
+                raise ValueError(f"hostlist {expr[:80]!r}: cannot read the range {part[:20]!r}")
+            lo, hi = int(r[1]), int(r[2] or r[1])
+            if len(names) + hi - lo + 1 > MAX_HOSTLIST_NAMES:
+                raise ValueError(f"hostlist {expr[:80]!r}: more than {MAX_HOSTLIST_NAMES} names")
+            width = len(r[1]) if r[1].startswith("0") and len(r[1]) > 1 else 0
+            names += [f"{prefix}{i:0{width}d}{suffix}" for i in range(lo, hi + 1)]
     return names
 
 
@@ -576,6 +593,17 @@ def client(config: dict[str, Any], nodes: list[str]) -> PoolEC2:
     return PoolEC2(ec2, config["pool"])
 
 
+def _read(config_path: str, hostlist: str) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """The configuration, and the hostlist's nodes by their group's region (each a node of
+    the configuration)."""
+    with open(config_path) as f:
+        config = json.load(f)
+    by_region: dict[str, list[str]] = {}
+    for n in (check_node(n) for n in expand_hostlist(hostlist)):
+        by_region.setdefault(group_of(config, n)[1]["region"], []).append(n)
+    return config, by_region
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Slurm ResumeProgram/SuspendProgram for burst")
     p.add_argument("action", choices=["resume", "suspend"])
@@ -583,12 +611,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", default="/etc/slurm/gpupool-burst.json")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    with open(args.config) as f:
-        config = json.load(f)
-    nodes = [check_node(n) for n in expand_hostlist(args.hostlist)]
-    by_region: dict[str, list[str]] = {}
-    for n in nodes:
-        by_region.setdefault(group_of(config, n)[1]["region"], []).append(n)
+    try:
+        config, by_region = _read(args.config, args.hostlist)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        # slurmctld logs what its ResumeProgram prints: one line, never a traceback.
+        log.error("%s %s: %s: %s", args.action, args.hostlist[:200], type(exc).__name__, exc)
+        return 2
     # Read before anything is cleared or launched: the records steer resume, and suspend
     # lifts only a drain whose reason it has just read as a spot record.
     reasons = sinfo_reasons()
