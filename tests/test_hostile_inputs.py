@@ -11,6 +11,7 @@ import pytest
 from gpupool import cli
 from gpupool.spec import loader
 from gpupool.spec.errors import DescriptionError
+from gpupool.workload import audit
 from tests.conftest import ROOT
 
 LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
@@ -203,3 +204,30 @@ def test_invalid_json_output_names_the_problem(tmp_path: Path,
     rc, output = _cli(["validate", "--file", str(path), "--json"], capsys)
     assert rc == cli.EXIT_INVALID
     assert json.loads(output)["problems"][0]["rule"] == "yaml-aliases"
+
+
+MARKUP = "x[/]y[bold]z"  # a closing tag with nothing to close, and a style
+
+
+def test_values_that_look_like_markup_are_printed_as_they_are(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The consoles read markup; a value (a description's, a path, a trace's QoS class, a
+    node name) is text: printed whole, never a style and never an internal error."""
+    text = loader.description_path("lab", ROOT).read_text()
+    described = tmp_path / "markup.yaml"
+    described.write_text(text.replace("name: lab\n", f"name: '{MARKUP}'\n", 1))
+    assert f"'{MARKUP}'" in described.read_text()
+    pods = tmp_path / "pods.csv"
+    pods.write_text(",".join(audit.ALIBABA_COLUMNS) + f"\np0,1,1000,{MARKUP},0,100,10\n")
+    for argv, code in [
+            (["validate", "--file", str(described)], cli.EXIT_INVALID),
+            (["gate", MARKUP, "--stack", "lab"], cli.EXIT_USAGE),
+            (["init", "--stack", MARKUP, str(tmp_path / "p1")], cli.EXIT_USAGE),
+            (["init", str(tmp_path / MARKUP)], cli.EXIT_OK),
+            (["audit", "--stack", "lab", "--alibaba", str(pods), "--out",
+              str(tmp_path / MARKUP)], cli.EXIT_OK)]:
+        rc, output = _cli(argv, capsys)
+        assert (rc, MARKUP in " ".join(output.split())) == (code, True), (argv, rc, output)
+    # The next step is pasted into a shell: the path is quoted for one.
+    rc, output = _cli(["init", str(tmp_path / "a;b c")], capsys)
+    assert f"cd '{tmp_path}/a;b c' && gpupool validate" in " ".join(output.split())

@@ -132,11 +132,13 @@ def report_invalid(exc: DescriptionError, as_json: bool) -> int:
                    "problems": [p.as_dict() for p in exc.problems]})
     else:
         # One line per problem: readable, and greppable in CI logs.
-        err.print(f"[bold red]invalid[/]: {exc.source}: {len(exc.problems)} problem(s); "
+        err.print(f"[bold red]invalid[/]: {escape(str(exc.source))}: {len(exc.problems)} "
+                  "problem(s); "
                   "nothing was changed", highlight=False)
         for p in exc.problems:
-            err.print(f"  [bold]{p.path}[/]: [yellow]\\[{p.rule}][/] {p.message} "
-                      f"(got {p.value!r})", highlight=False, soft_wrap=True)
+            err.print(f"  [bold]{escape(p.path)}[/]: [yellow]\\[{escape(p.rule)}][/] "
+                      f"{escape(p.message)} (got {escape(repr(p.value))})", highlight=False,
+                      soft_wrap=True)
     return EXIT_INVALID
 
 

@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Any
 
 import pulumi
+from rich.markup import escape
 from rich.tree import Tree
 
 from gpupool.preview import pulumi_mock
@@ -119,13 +120,15 @@ def as_json(run: pulumi_mock.Run) -> dict[str, Any]:
 
 def _label(r: dict[str, Any]) -> str:
     keys = key_inputs(r["type"], r["inputs"])
-    extra = "  " + " ".join(f"[dim]{k}[/]={v}" for k, v in keys.items()) if keys else ""
-    return f"[bold]{r['type']}[/] {r['name']}{extra}"
+    # Values are data (a list prints in brackets): none of it is read as markup.
+    extra = ("  " + " ".join(f"[dim]{k}[/]={escape(str(v))}" for k, v in keys.items())
+             if keys else "")
+    return f"[bold]{r['type']}[/] {escape(r['name'])}{extra}"
 
 
 def as_tree(plan: dict[str, Any]) -> Tree:
     """Stack -> components -> resources, as `pulumi preview` shows them."""
-    root = Tree(f"[bold]pulumi:pulumi:Stack[/] gpupool-{plan['stack']} "
+    root = Tree(f"[bold]pulumi:pulumi:Stack[/] gpupool-{escape(plan['stack'])} "
                 f"({plan['total']} to create)")
     nodes: dict[str | None, Tree] = {None: root}
     pending = list(plan["resources"])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rich.markup import escape
+
 from gpupool.cli.output import EXIT_OK, EXIT_USAGE, emit_json, err, out, project_cache
 from gpupool.cli.registry import command
 from gpupool.spec.model import Description
@@ -59,7 +61,7 @@ def cmd_audit(args: argparse.Namespace, desc: Description) -> int:
     try:
         classes = _class_map(args.class_map, desc)
     except ValueError as exc:
-        err.print(f"--class-map: {exc}")
+        err.print(f"--class-map: {escape(str(exc))}", highlight=False)
         return EXIT_USAGE
     unmapped: set[str] = set()
     with out.status("reading job history"):
@@ -83,11 +85,12 @@ def cmd_audit(args: argparse.Namespace, desc: Description) -> int:
         emit_json(report)
     else:
         for qos, m in report.get("class_mapping", {}).items():
-            out.print(f"class {qos} -> {m['class']}: {m['why']}", highlight=False)
+            out.print(escape(f"class {qos} -> {m['class']}: {m['why']}"), highlight=False)
         for key in ("teams_not_in_description", "classes_not_in_description"):
             if report[key]:
-                out.print(f"[yellow]{key.replace('_', ' ')}[/]: {', '.join(report[key])}")
+                out.print(f"[yellow]{key.replace('_', ' ')}[/]: "
+                          f"{escape(', '.join(report[key]))}", highlight=False)
         out.print(f"{len(jobs)} jobs; GPUs needed for p{args.wait_percentile:g} wait <= "
                   f"{args.wait_target:g} s: [bold]{report['gpus_needed_for_target']}[/]; "
-                  f"report: {path}")
+                  f"report: {escape(str(path))}")
     return EXIT_OK

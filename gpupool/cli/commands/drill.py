@@ -7,6 +7,7 @@ import json
 import time
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
 from gpupool.cli.output import EXIT_INVALID, EXIT_OK, cell, emit_json, err, out, project_cache
@@ -32,7 +33,7 @@ def cmd_drill(args: argparse.Namespace, desc: Description) -> int:
     start = time.monotonic()
 
     def report(msg: str) -> None:
-        err.print(f"[dim]{time.monotonic() - start:6.1f}s[/] {msg}", highlight=False)
+        err.print(f"[dim]{time.monotonic() - start:6.1f}s[/] {escape(msg)}", highlight=False)
 
     with hosts.lab_lock():
         try:
@@ -62,5 +63,5 @@ def cmd_drill(args: argparse.Namespace, desc: Description) -> int:
             table.add_row(name, cell(r["passed"]), cell(r.get("time_to_resume_s")),
                           cell(lost), cell(r["result_parity"]), cell(r["drill_s"]))
         out.print(table)
-        out.print(f"figures: {args.report}")
+        out.print(f"figures: {escape(str(args.report))}")
     return EXIT_OK if all(r["passed"] for r in results.values()) else EXIT_INVALID

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from rich.markup import escape
 from rich.table import Table
 
 from gpupool.cli.output import EXIT_USAGE, cell, emit_json, err, out, project_cache
@@ -101,7 +102,7 @@ def cmd_gate(args: argparse.Namespace, desc: Description) -> int:
     nodes = args.nodes or list(desc.nodes)
     unknown = [n for n in nodes if n not in desc.nodes]
     if unknown:
-        err.print(f"[red]unknown node(s)[/]: {', '.join(unknown)}")
+        err.print(f"[red]unknown node(s)[/]: {escape(', '.join(unknown))}", highlight=False)
         return EXIT_USAGE
     if args.print_expect:
         emit_json({n: dataclasses.asdict(node_expect(desc, n)) for n in nodes})
@@ -138,5 +139,5 @@ def cmd_gate(args: argparse.Namespace, desc: Description) -> int:
         emit_json(reports)
     else:
         out.print(_summary(reports))
-        out.print(f"reports: {args.out}/<node>.json")
+        out.print(f"reports: {escape(str(args.out))}/<node>.json")
     return runner.exit_code(reports)

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import sys
 from pathlib import Path
+
+from rich.markup import escape
 
 from gpupool.cli.output import EXIT_INVALID, EXIT_OK, EXIT_USAGE, err, out
 from gpupool.cli.registry import plain_command
@@ -84,16 +87,20 @@ def cmd_init(args: argparse.Namespace) -> int:
     target: Path = args.dir.resolve()
     name = re.sub(r"[^a-z0-9-]+", "-", target.name.lower()).strip("-") or "pool"
     if not loader.STACK_RE.fullmatch(args.stack) or ".." in args.stack:
-        err.print(f"--stack: [stack-name] not a stack name: {args.stack!r}", highlight=False)
+        err.print(f"--stack: \\[stack-name] not a stack name: {escape(repr(args.stack))}",
+                  highlight=False)
         return EXIT_USAGE
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        err.print(f"[bold red]failed[/]: {target}: [yellow]\\[project-empty][/] exists and is "
+        err.print(f"[bold red]failed[/]: {escape(str(target))}: [yellow]\\[project-empty][/] "
+                  "exists and is "
                   "not an empty folder; nothing was written", highlight=False)
         return EXIT_INVALID
     for rel, text in files(name, args.stack, args.starter).items():
         path = target / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    out.print(f"created pool project [bold]{name}[/] in {target} (stack {args.stack}, from "
-              f"{args.starter}); next: cd {target} && gpupool validate --stack {args.stack}")
+    # The path as a shell reads it: the hint is pasted into one.
+    out.print(f"created pool project [bold]{name}[/] in {escape(str(target))} (stack "
+              f"{args.stack}, from {args.starter}); next: cd {escape(shlex.quote(str(target)))}"
+              f" && gpupool validate --stack {args.stack}", highlight=False, soft_wrap=True)
     return EXIT_OK

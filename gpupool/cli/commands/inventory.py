@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from rich.markup import escape
+
 from gpupool.cli.output import EXIT_OK, HEADER, busy, err, project_cache, write_file
 from gpupool.cli.registry import command
 from gpupool.render import ansible_yaml, inventory
@@ -34,7 +36,7 @@ def cmd_inventory(args: argparse.Namespace, desc: Description) -> int:
         head = "" if args.json else (f"{HEADER} inventory from pool {desc.pool.name!r}; "
                                      "regenerate it, do not edit it.\n")
         write_file(args.output, head + text, force=args.force)
-        err.print(f"wrote {args.output}")
+        err.print(f"wrote {escape(str(args.output))}")
     else:
         sys.stdout.write(text)
     return EXIT_OK

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from rich.markup import escape
 from rich.table import Table
 
 from gpupool.cli.output import EXIT_INVALID, EXIT_OK, emit_json, err, out
@@ -34,7 +35,8 @@ def cmd_lab(args: argparse.Namespace, desc: Description) -> int:
 
     def report(msg: str) -> None:
         if not args.json:
-            err.print(f"[dim]{time.monotonic() - start:6.1f}s[/] {msg}", highlight=False)
+            err.print(f"[dim]{time.monotonic() - start:6.1f}s[/] {escape(msg)}",
+                      highlight=False)
 
     try:
         if args.action == "status":
@@ -62,5 +64,6 @@ def cmd_lab(args: argparse.Namespace, desc: Description) -> int:
     except hosts.LabError as exc:
         if args.json:
             emit_json({"pool": desc.pool.name, "error": str(exc)})
-        err.print(f"[bold red]lab {args.action} failed[/]: {exc}", highlight=False)
+        err.print(f"[bold red]lab {args.action} failed[/]: {escape(str(exc))}",
+                  highlight=False)
         return EXIT_INVALID

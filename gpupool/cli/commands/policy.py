@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
+from rich.markup import escape
 from rich.padding import Padding
 from rich.text import Text
 
@@ -23,10 +24,11 @@ def report(violations: list[Violation]) -> None:
     for v in violations:
         by_resource[v.resource].append(v)
     for resource in sorted(by_resource, key=lambda r: (r != STACK, r)):
-        out.print(f"[bold]{resource}[/]", highlight=False, soft_wrap=True)
+        out.print(f"[bold]{escape(resource)}[/]", highlight=False, soft_wrap=True)
         for v in by_resource[resource]:
             colour = "red" if v.level == Level.MANDATORY else "yellow"
-            out.print(f"  [{colour}]{v.level}[/] {v.policy}: {v.message}", highlight=False,
+            out.print(f"  [{colour}]{v.level}[/] {v.policy}: {escape(v.message)}",
+                      highlight=False,
                       soft_wrap=True)
 
 

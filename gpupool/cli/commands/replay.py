@@ -8,6 +8,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
 from gpupool.cli.numbers import positive_float, positive_int
@@ -119,7 +120,7 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
     start = time.monotonic()
 
     def report(msg: str) -> None:
-        err.print(f"[dim]{time.monotonic() - start:6.1f}s[/] {msg}", highlight=False)
+        err.print(f"[dim]{time.monotonic() - start:6.1f}s[/] {escape(msg)}", highlight=False)
 
     policies = args.policies
     runs, metrics, waits, t0 = {}, {}, {}, {}
@@ -171,8 +172,8 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
         out.print(table)
         for t in result["targets"]:
             verdict = {True: "met", False: "missed", None: "no evidence"}[t["met"]]
-            out.print(f"target: {t['target']}: {verdict} ({t['value']})"
-                      + (f"; {t['why']}" if t["why"] else ""), highlight=False)
-        out.print(f"report: {path}")
+            out.print(escape(f"target: {t['target']}: {verdict} ({t['value']})"
+                             + (f"; {t['why']}" if t["why"] else "")), highlight=False)
+        out.print(f"report: {escape(str(path))}")
     done = all(m["completed"] == m["jobs"] for m in metrics.values())
     return EXIT_OK if done else EXIT_INVALID

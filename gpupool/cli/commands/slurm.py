@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from rich.markup import escape
+
 from gpupool.cli.output import (
     EXIT_INVALID,
     EXIT_OK,
@@ -40,13 +42,14 @@ def cmd_slurm(args: argparse.Namespace, desc: Description) -> int:
         with busy(f"rendering the Slurm policy of {len(desc.nodes)} nodes"):
             plan = slurm.plan(desc)
     except slurm.SlurmPolicyError as exc:
-        err.print(f"[bold red]cannot render Slurm policy[/]: {exc}", highlight=False)
+        err.print(f"[bold red]cannot render Slurm policy[/]: {escape(str(exc))}",
+                  highlight=False)
         return EXIT_INVALID
     head = f"{HEADER} slurm render from pool {desc.pool.name!r}; regenerate it.\n"
     if args.vars:
         write_file(args.vars, head + ansible_yaml.dump({"gpupool_slurm": plan}),
                    force=args.force)
-        err.print(f"wrote {args.vars}")
+        err.print(f"wrote {escape(str(args.vars))}")
     if args.json:
         emit_json(plan)
     elif args.out:
@@ -58,7 +61,8 @@ def cmd_slurm(args: argparse.Namespace, desc: Description) -> int:
             check_output(out / name, force=args.force)
         for name, text in files.items():
             write_file(out / name, text, force=args.force)
-        err.print(f"wrote {out}/{{slurm,gres,topology,cgroup}}.conf and accounting.yaml")
+        err.print(escape(f"wrote {out}/{{slurm,gres,topology,cgroup}}.conf and "
+                         "accounting.yaml"))
     elif not args.vars:
         sys.stdout.write(slurm.render_files(desc)["slurm.conf"])
     return EXIT_OK
