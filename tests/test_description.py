@@ -67,7 +67,7 @@ def test_unknown_stack_names_the_stack() -> None:
 
 
 @pytest.mark.parametrize("named", ["/etc/passwd", "../outside.yaml", "pools/../../x.yaml",
-                                   "escape.yaml"])
+                                   "escape.yaml", "pools/lab\x00.yaml", ""])
 def test_a_stack_names_only_a_description_inside_its_project(tmp_path: Path,
                                                              named: str) -> None:
     """A cloned project's stack config cannot make gpupool read (and echo as problems) a
@@ -76,7 +76,8 @@ def test_a_stack_names_only_a_description_inside_its_project(tmp_path: Path,
     project.mkdir()
     (tmp_path / "outside.yaml").write_text("secret: 1\n")
     (project / "escape.yaml").symlink_to(tmp_path / "outside.yaml")
-    (project / "Pulumi.x.yaml").write_text(f"config:\n  gpupool:description: {named}\n")
+    (project / "Pulumi.x.yaml").write_text(
+        f"config:\n  gpupool:description: {json.dumps(named)}\n")  # YAML reads JSON's escapes
     with pytest.raises(DescriptionError) as info:
         loader.load_stack("x", project)
     assert [(p.path, p.rule, p.value) for p in info.value.problems] == [

@@ -237,7 +237,7 @@ def description_path(stack: str, root: Path = PROJECT_ROOT) -> Path:
     cfg = read_yaml(cfg_path)
     config = cfg.get("config") if isinstance(cfg, dict) else None
     rel = config.get(CONFIG_KEY) if isinstance(config, dict) else None
-    if not isinstance(rel, str):
+    if not isinstance(rel, str) or not rel or "\0" in rel:
         raise DescriptionError(str(cfg_path), [Problem(
             f"config.{CONFIG_KEY}", "description-path",
             "the stack config must name the pool description file", rel)])
