@@ -201,7 +201,8 @@ def read_alibaba(path: Path, trace_end: float | None = None,
         if p.qos not in classes and unmapped is not None:
             unmapped.add(p.qos)
         if job := _ran(Job(p.name, "trace", classes.get(p.qos, UNMAPPED_CLASS), p.gpus,
-                           p.created, p.scheduled, p.deleted or end_of_trace)):
+                           p.created, p.scheduled,
+                           end_of_trace if p.deleted is None else p.deleted)):
             jobs.append(job)
     return jobs
 
