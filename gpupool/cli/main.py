@@ -133,8 +133,7 @@ def report_invalid(exc: DescriptionError, as_json: bool) -> int:
     else:
         # One line per problem: readable, and greppable in CI logs.
         err.print(f"[bold red]invalid[/]: {escape(str(exc.source))}: {len(exc.problems)} "
-                  "problem(s); "
-                  "nothing was changed", highlight=False)
+                  "problem(s); nothing was changed", highlight=False)
         for p in exc.problems:
             err.print(f"  [bold]{escape(p.path)}[/]: [yellow]\\[{escape(p.rule)}][/] "
                       f"{escape(p.message)} (got {escape(repr(p.value))})", highlight=False,

@@ -92,8 +92,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         err.print(f"[bold red]failed[/]: {escape(str(target))}: [yellow]\\[project-empty][/] "
-                  "exists and is "
-                  "not an empty folder; nothing was written", highlight=False)
+                  "exists and is not an empty folder; nothing was written", highlight=False)
         return EXIT_INVALID
     for rel, text in files(name, args.stack, args.starter).items():
         path = target / rel
