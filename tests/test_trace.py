@@ -45,6 +45,12 @@ def test_read_rejects_a_foreign_header(tmp_path: Path) -> None:
     ("j1,vision,training,1,-5,10", "submit_s"),
     ("j1,vision,training,1,0,0", "duration_s"),
     ("j1,vision,training,1,0,inf", "duration_s"),
+    ("j1,vision,training,1" + "0" * 40 + ",0,10", "gpus"),
+    ("j1,vision,training,100001,0,10", "gpus"),
+    ("j1,vision,training,1_000,0,10", "gpus"),
+    ("j1,vision,training,\u0663,0,10", "gpus"),
+    ("ok,vision,training,1,0,10", "job_id 'ok' is already the job on line 2"),
+    ("j1,vision,training", "fewer fields"),
 ])
 def test_read_checks_every_value(tmp_path: Path, row: str, says: str) -> None:
     """A trace's values reach sbatch on the lab's controller: each is checked where it is
@@ -52,6 +58,14 @@ def test_read_checks_every_value(tmp_path: Path, row: str, says: str) -> None:
     path = tmp_path / "t.csv"
     path.write_text(f"{','.join(trace.HEADER)}\nok,vision,training,2,0,10\n{row}\n")
     with pytest.raises(TraceError, match=rf"t.csv:3: .*{says}"):
+        trace.read(path)
+
+
+def test_a_trace_without_jobs_is_refused(tmp_path: Path) -> None:
+    """A replay of nothing would still take the lab and report on nothing."""
+    path = tmp_path / "t.csv"
+    path.write_text(f"{','.join(trace.HEADER)}\n")
+    with pytest.raises(TraceError, match="no jobs"):
         trace.read(path)
 
 

@@ -91,7 +91,15 @@ def csv_rows(path: Path, columns: Iterable[str]) -> list[dict[str, str]]:
             if missing:
                 raise TraceError(f"{path}: missing column(s) {', '.join(missing)} in the "
                                  f"header (expected {','.join(columns)})")
-            return list(reader)
+            rows = []
+            for row in reader:
+                # DictReader fills a short row's missing fields with None: say so, rather
+                # than let a caller fail on None.
+                if None in row.values():
+                    raise TraceError(f"{path}:{reader.line_num}: the row has fewer fields "
+                                     f"than the header's {len(reader.fieldnames or [])}")
+                rows.append(row)
+            return rows
     except csv.Error as exc:
         raise TraceError(f"{path}: not a CSV file: {exc}") from None
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from gpupool.workload.audit import (
     ALIBABA_CLASS,
+    MAX_JOB_GPUS,
     UNMAPPED_CLASS,
     Pod,
     TraceError,
@@ -64,24 +65,34 @@ MAX_TRACE_S = 366 * 24 * 3600.0  # a year: no trace replays longer
 
 
 def read(path: Path) -> list[TraceJob]:
-    """The jobs of a trace CSV, each value checked: an id of plain characters, a whole
-    number of GPUs from 1, a submission time and a duration that are finite, the first
-    from 0 and the second above 0 (a year at most each)."""
-    jobs = []
+    """The jobs of a trace CSV, each value checked: an id of plain characters, used once, a
+    whole number of GPUs from 1 (MAX_JOB_GPUS at most), a submission time and a duration
+    that are finite, the first from 0 and the second above 0 (a year at most each). A trace
+    without jobs is refused: a replay of nothing would still take the lab."""
+    jobs: list[TraceJob] = []
+    first: dict[str, int] = {}  # job id -> the line it is on
     for n, r in enumerate(csv_rows(path, HEADER), start=2):
         with at_line(path, n):
+            if not re.fullmatch(r"[0-9]{1,6}", r["gpus"]):
+                raise ValueError(f"gpus {r['gpus'][:40]!r} must be a whole number of GPUs")
             job = TraceJob(r["job_id"], r["team"], r["class"], int(r["gpus"]),
                            float(r["submit_s"]), float(r["duration_s"]))
             if not JOB_ID_RE.fullmatch(job.job_id):
                 raise ValueError(f"job_id {job.job_id[:40]!r} must be letters, digits, "
                                  "'.', '_' and '-' (64 at most)")
-            if job.gpus < 1:
-                raise ValueError(f"gpus {job.gpus} must be 1 or more")
+            if job.job_id in first:
+                raise ValueError(f"job_id {job.job_id!r} is already the job on line "
+                                 f"{first[job.job_id]}: each job has its own id")
+            if not 1 <= job.gpus <= MAX_JOB_GPUS:
+                raise ValueError(f"gpus {job.gpus} must be from 1 to {MAX_JOB_GPUS}")
             if not (0 <= job.submit_s <= MAX_TRACE_S and 0 < job.duration_s <= MAX_TRACE_S):
                 raise ValueError(f"submit_s {job.submit_s} and duration_s {job.duration_s} "
                                  "must be seconds from 0 (above 0 for a duration), a year "
                                  "at most")
+            first[job.job_id] = n
             jobs.append(job)
+    if not jobs:
+        raise TraceError(f"{path}: no jobs (a header and no rows)")
     return jobs
 
 
