@@ -137,6 +137,13 @@ def node_expect(desc: Description, node: str) -> NodeExpect:
     )
 
 
+def with_locks(expect: NodeExpect, locks: tuple[str, ...] | list[str]) -> NodeExpect:
+    """The expectation with the COMPONENT=VERSION overrides of `gpupool gate --lock` (checked
+    there) in place of the description's software lock."""
+    over = dict(pair.split("=", 1) for pair in locks)
+    return dataclasses.replace(expect, software={**expect.software, **over}) if over else expect
+
+
 class FactsError(ValueError):
     """A burst node's facts file is not what the user-data writes."""
 

@@ -6,7 +6,6 @@ the report keeps both, the check's duration and the action advised when it fails
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 
 from gpupool.gate.actions import Action, worst
-from gpupool.gate.expect import NodeExpect, node_expect
+from gpupool.gate.expect import NodeExpect, node_expect, with_locks
 from gpupool.spec import loader
 
 TIERS = ("quick", "standard", "burn-in")
@@ -79,9 +78,7 @@ def node_expectation(config: pytest.Config) -> NodeExpect:
         else:
             desc = loader.load_file(Path(config.getoption("--gate-file")))
             cached = node_expect(desc, config.getoption("--gate-node"))
-        locks = dict(pair.split("=", 1) for pair in config.getoption("--gate-lock"))
-        if locks:  # checked by `gpupool gate --lock`
-            cached = dataclasses.replace(cached, software={**cached.software, **locks})
+        cached = with_locks(cached, config.getoption("--gate-lock"))  # checked by gate --lock
         config._gate_expect = cached  # type: ignore[attr-defined]
     return cached
 

@@ -201,6 +201,22 @@ def test_gate_lock_refuses_what_is_not_a_component_version(tmp_path: Path, lock:
     assert "Traceback" not in stderr
 
 
+def test_printed_expectations_carry_the_lock_and_refuse_a_bad_one() -> None:
+    """--print-expect shows what the gate would check, so a --lock applies there too, and
+    one that is not a component's version is refused there as well, not ignored."""
+    def printed(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*GPUPOOL, "gate", "lab-gpu1", "--stack", "lab", "--print-expect",
+                               *args], capture_output=True, text=True, timeout=60, check=False,
+                              cwd=ROOT)
+    over = printed("--lock", "nvidia_driver=535.261.03")
+    assert over.returncode == 0, over.stderr
+    software = json.loads(over.stdout)["lab-gpu1"]["software"]
+    assert software["nvidia_driver"] == "535.261.03"
+    assert software["dcgm"] == loader.load_stack("lab", ROOT).software.dcgm
+    bad = printed("--lock", "nvidia_driver")
+    assert bad.returncode == 2 and "expected COMPONENT=VERSION" in bad.stderr, bad.stderr
+
+
 def test_a_misspelt_suite_is_refused_not_an_empty_pass(tmp_path: Path) -> None:
     proc = subprocess.run([*GPUPOOL, "gate", "lab-gpu1", "--local", "--stack", "lab",
                            "--suite", "sytem", "--out", str(tmp_path)], capture_output=True,

@@ -14,7 +14,7 @@ from rich.table import Table
 from gpupool.cli.output import EXIT_USAGE, cell, emit_json, err, out, project_cache
 from gpupool.cli.registry import command
 from gpupool.gate import runner
-from gpupool.gate.expect import node_expect
+from gpupool.gate.expect import node_expect, with_locks
 from gpupool.gate.plugin import TIERS
 from gpupool.spec.model import Description, Software
 
@@ -104,13 +104,13 @@ def cmd_gate(args: argparse.Namespace, desc: Description) -> int:
     if unknown:
         err.print(f"[red]unknown node(s)[/]: {escape(', '.join(unknown))}", highlight=False)
         return EXIT_USAGE
-    if args.print_expect:
-        emit_json({n: dataclasses.asdict(node_expect(desc, n)) for n in nodes})
-        return 0
     locks = _locks(args.lock, desc)
     if isinstance(locks, str):
         err.print(cell(locks))
         return EXIT_USAGE
+    if args.print_expect:
+        emit_json({n: dataclasses.asdict(with_locks(node_expect(desc, n), locks)) for n in nodes})
+        return 0
     # The file the description was read from: the gate on each node reads it again.
     description = desc.source or Path(args.file)
     if args.local:
