@@ -13,6 +13,7 @@ from gpupool.spec import loader
 from gpupool.spec.errors import DescriptionError
 from gpupool.workload import audit
 from tests.conftest import ROOT
+from tests.test_audit import TRACE as ALIBABA
 
 LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi",
@@ -123,6 +124,10 @@ def test_every_verb_turns_bad_files_into_problems(tmp_path: Path, verb: str,
     ["validate", "--stack", "no-such-stack"],
     ["validate", "--stack", "../../etc/passwd"],
     ["audit", "--stack", "lab", "--wait-target", "soon"],
+    # A target that is no number of seconds is refused, not sized for (nan passed `< 0`).
+    *(["audit", "--stack", "lab", "--alibaba", str(ALIBABA), *bad] for bad in (
+        ["--wait-target", "nan"], ["--wait-target", "inf"], ["--wait-target", "-1"],
+        ["--wait-percentile", "nan"], ["--wait-percentile", "0"], ["--wait-percentile", "101"])),
     # Refused before the lab is touched (an unknown policy once ran as the baseline).
     *(["replay", "--stack", "lab", *bad] for bad in (
         ["--jobs", "-5"], ["--jobs", "0"], ["--jobs", "1e9"], ["--jobs", "20000"],

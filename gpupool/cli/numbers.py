@@ -1,4 +1,4 @@
-"""Argument types for numbers a verb needs positive and finite: argparse reports anything
+"""Argument types for numbers a verb needs finite and in range: argparse reports anything
 else as a usage error (exit 2) naming the option, before the verb touches the lab."""
 
 from __future__ import annotations
@@ -17,11 +17,32 @@ def positive_int(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
+def _finite(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number: {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = _finite(text)
+    if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a finite number above 0: {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = _finite(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number from 0: {text}")
+    return value
+
+
+def percentile(text: str) -> float:
+    value = _finite(text)
+    if not 0 < value <= 100:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 100: {text}")
     return value

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
+from gpupool.cli.numbers import non_negative_float, percentile
 from gpupool.cli.output import EXIT_OK, EXIT_USAGE, emit_json, err, out, project_cache
 from gpupool.cli.registry import command
 from gpupool.spec.model import Description
@@ -17,9 +18,9 @@ def _setup(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--sacct", type=Path, help=f"output of: {audit.SACCT_COMMAND}")
     src.add_argument("--alibaba", type=Path, help="an Alibaba openb_pod_list_*.csv trace")
-    p.add_argument("--wait-target", type=float, default=600.0,
+    p.add_argument("--wait-target", type=non_negative_float, default=600.0,
                    help="queue wait to size the pool for, in seconds (default 600)")
-    p.add_argument("--wait-percentile", type=float, default=95.0,
+    p.add_argument("--wait-percentile", type=percentile, default=95.0,
                    help="the percentile of waits the target bounds (default 95)")
     p.add_argument("--class-map", default="", metavar="QOS=CLASS[,...]",
                    help="with --alibaba: map its QoS classes onto the description's task "
@@ -54,9 +55,6 @@ def cmd_audit(args: argparse.Namespace, desc: Description) -> int:
     args.out = args.out or project_cache(args, "audit")
     if not (args.sacct or args.alibaba):
         err.print("pass --sacct FILE or --alibaba FILE")
-        return EXIT_USAGE
-    if not 0 < args.wait_percentile <= 100 or args.wait_target < 0:
-        err.print("--wait-percentile must be in (0, 100] and --wait-target at least 0")
         return EXIT_USAGE
     try:
         classes = _class_map(args.class_map, desc)
