@@ -143,6 +143,25 @@ def test_bad_arguments_and_unwritable_outputs(argv: list[str],
     assert rc in (cli.EXIT_INVALID, cli.EXIT_USAGE), (rc, output)
 
 
+def test_a_drill_report_that_is_not_one_is_refused_before_the_lab(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Drills take minutes and end by merging their figures into --report: a file that is
+    not a drills report (run as root, `--report /etc/passwd`), a folder or a link is
+    refused first, and left as it was."""
+    foreign = tmp_path / "passwd"
+    foreign.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    other = tmp_path / "other.json"
+    other.write_text('{"not": "drills"}\n')
+    link = tmp_path / "link.json"
+    link.symlink_to(other)
+    for path in (foreign, other, link, tmp_path):
+        rc, output = _cli(["drill", "preemption", "--stack", "lab", "--report", str(path)],
+                          capsys)
+        assert rc == cli.EXIT_INVALID and "nothing was run" in output, (path, output)
+    assert foreign.read_text().startswith("root:x:0:0")
+    assert other.read_text() == '{"not": "drills"}\n'
+
+
 @pytest.mark.parametrize("argv", [["inventory", "--stack", "lab", "-o"],
                                   ["slurm", "render", "--stack", "lab", "--vars"],
                                   ["inventory", "--stack", "lab", "--json", "-o"]])

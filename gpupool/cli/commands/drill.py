@@ -6,11 +6,21 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
 
-from gpupool.cli.output import EXIT_INVALID, EXIT_OK, cell, emit_json, err, out, project_cache
+from gpupool.cli.output import (
+    EXIT_INVALID,
+    EXIT_OK,
+    OutputRefused,
+    cell,
+    emit_json,
+    err,
+    out,
+    project_cache,
+)
 from gpupool.cli.registry import command
 from gpupool.exercise import drills
 from gpupool.lab import hosts, slurm_cluster
@@ -27,9 +37,31 @@ def _setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--down", action="store_true", help="take the lab down afterwards")
 
 
+def _previous(path: Path) -> dict[str, Any]:
+    """The figures the report already holds (a later run adds its drills to them). Anything
+    at path but a drills report gpupool wrote is refused before the lab is touched: drills
+    take minutes, and --report /etc/passwd must not be read or replaced."""
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise OutputRefused(f"{path}: [output-not-a-file] a link or not a regular file; "
+                            "nothing was run")
+    if not path.exists():
+        return {}
+    try:
+        previous = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:  # not JSON, or not UTF-8
+        previous = None
+    if not isinstance(previous, dict) or not set(previous) <= {*drills.DRILLS, "bring_up"}:
+        raise OutputRefused(f"{path}: [output-exists] exists and is not a drills report; "
+                            "pass another --report; nothing was run")
+    return previous
+
+
 @command("drill", "run failure drills on the lab's Slurm and record their figures", _setup)
 def cmd_drill(args: argparse.Namespace, desc: Description) -> int:
     names = list(drills.DRILLS) if "all" in args.names else args.names
+    args.report = args.report or project_cache(args, REPORT)
+    previous = _previous(args.report)
+    args.report.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
 
     def report(msg: str) -> None:
@@ -47,9 +79,6 @@ def cmd_drill(args: argparse.Namespace, desc: Description) -> int:
         finally:
             if args.down:
                 hosts.down(desc)
-    args.report = args.report or project_cache(args, REPORT)
-    previous = json.loads(args.report.read_text()) if args.report.exists() else {}
-    args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text(json.dumps({**previous, **results, "bring_up": bring_up},
                                       indent=2, sort_keys=True) + "\n")
     if args.json:
