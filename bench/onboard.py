@@ -136,7 +136,17 @@ def timed(desc: Description, fn: Any, *args: Any) -> tuple[Any, Sample]:
 
 
 def run(sizes: list[int]) -> dict[str, Any]:
+    # The widened description is a temporary file that the inventory and the gate read
+    # during the run; it goes with the run.
     desc = bench_description(max(sizes) + 1)
+    try:
+        return measure(desc, sizes)
+    finally:
+        if desc.source is not None:
+            desc.source.unlink(missing_ok=True)
+
+
+def measure(desc: Description, sizes: list[int]) -> dict[str, Any]:
     gpu = [n for n, node in desc.nodes.items() if desc.node_classes[node.class_].gpu]
     # The first GPU node is the resident peer: the gate probes from the first other node
     # on a segment, so every new node's training-segment peer is a converged one.

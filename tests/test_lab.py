@@ -37,6 +37,8 @@ def test_bench_pool_widens_lab_to_five_gpu_nodes() -> None:
     from bench.onboard import bench_description  # noqa: PLC0415
 
     desc = bench_description(5)
+    assert desc.source is not None
+    desc.source.unlink()  # the bench removes it after its run
     assert desc.pool.name == "bench"
     gpu = [n for n, node in desc.nodes.items() if desc.node_classes[node.class_].gpu]
     assert len(gpu) == 5
