@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gpupool.lab import burst_hosts, fixture_imds, localaws
 from gpupool.onhost import burst, spot_watch
@@ -137,18 +136,15 @@ def test_the_labs_hybrid_link_exempts_exactly_cloud_to_onprem_from_masquerade() 
     assert all(f"gpupool lab {DESC.pool.name} hybrid link" in r for r in rules)
 
 
-def test_the_lab_image_installs_the_playbooks_boot_packages(tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch
-                                                           ) -> None:
-    """One list (playbooks/vars/burst_image.yml) for the real image and the lab's; a value
-    that is no package name never reaches the scrub script's command line."""
-    book = yaml.safe_load((burst_hosts.PROJECT_ROOT / "playbooks" / "burst_image.yml").read_text())
-    assert "vars/burst_image.yml" in book[0]["vars_files"]
-    assert "cloud-init" in burst_hosts.boot_packages().split()
-    assert "$boot_packages" in burst_hosts.SCRUB
-    for hostile in ("[curl; rm -rf /]", "[]", "curl", "['curl $(id)']"):
-        bad = tmp_path / "vars.yml"
-        bad.write_text(f"burst_image_boot_packages: {hostile}\n")
-        monkeypatch.setattr(burst_hosts, "BOOT_VARS", bad)
-        with pytest.raises(burst_hosts.BurstLabError, match="not a list of Debian package names"):
-            burst_hosts.boot_packages()
+def test_a_burst_host_gets_the_fixture_devices_gres_conf_names_for_it() -> None:
+    """slurmd refuses to start where a file gres.conf names is missing: each cloud node's
+    host gets as many fixture devices as its instance type has GPUs, as the slurm role makes
+    them on-prem; a name that is no cloud node gets none."""
+    [line] = slurm.gres_conf(DESC)
+    for node in (n for n in slurm.nodes(DESC) if n.cloud):
+        rows = burst_hosts.fixture_gpus(DESC, node.name).splitlines()
+        assert rows[0].startswith("# FIXTURE")
+        assert [r.split()[1] for r in rows[1:]] == [f"/dev/nvidia{i}" for i in range(node.gpus)]
+        assert all(r.split()[-1] == f"195:{i}" for i, r in enumerate(rows[1:]))
+        assert f"File=/dev/nvidia[0-{node.gpus - 1}]" in line
+    assert burst_hosts.fixture_gpus(DESC, "lab-gpu1").splitlines()[1:] == []

@@ -3,15 +3,10 @@ gpupool.lab.localaws) reports running for the pool becomes a lab host, and every
 instance is gone is removed. So the resume program's real launch (gpupool.onhost.burst)
 boots a real host, which joins Slurm by the launch template's real user-data.
 
-- **The image** (the lab's stand-in for the pre-built AMI): a converged on-prem GPU host of
-  the same lab (site.yml, so the acceptance gate a burst node runs at boot is there too),
-  committed, with its identity scrubbed (munge key, slurm.conf and slurmd's spool,
-  machine id: a burst node takes all of them at boot) and slurmd disabled until
-  the user-data starts it configless. It adds what a real instance has and the lab's
-  hosts lack: cloud-init (Debian's), the AWS CLI (Debian's), and two FIXTURES: the
-  metadata service (fixture_imds.py) and an `aws` wrapper that sends the CLI to the
-  lab's moto, the only lab-specific step of a boot. Built once per lab, reused by every
-  test (keyed by the source host's container id and the recipe).
+- **The image** (the lab's stand-in for the pre-built AMI): built by the Pulumi program's
+  own Image Builder component, playbooks/burst_image.yml at the lock, in a bare lab host,
+  plus a FIXTURE layer (the metadata service, an `aws` wrapper for the lab's moto); see
+  gpupool/lab/burst_image.py. Built once per lab, reused by every test.
 - **The network**: the pool's cloud subnets of the burst region, declared in moto as
   infra/network.py declares them (tags `pool` and `segment`), and one podman network per
   subnet with the subnet's CIDR, so a host gets the private address EC2 gave its
@@ -25,11 +20,10 @@ boots a real host, which joins Slurm by the launch template's real user-data.
   instance role's (fixture) credentials.
 
 A burst host's firewall is the image's: the hardening role's ruleset for a burst node
-(flows.burst_inbound, any of its addresses), rendered by Ansible from the role's own
-template with the variables playbooks/burst_image.yml gets; on AWS the security groups the
-Pulumi program declares (infra/network.py) stand in front of it. Its node and DCGM
-exporters are disabled in the image: the roles bind them to a host's declared
-management address, which a burst node does not have. The boot binds both to
+(flows.burst_inbound, any of its addresses), as playbooks/burst_image.yml applies it; on
+AWS the security groups the Pulumi program declares (infra/network.py) stand in front of
+it. Its node and DCGM exporters are disabled in the image: the roles bind them to a host's
+declared management address, which a burst node does not have. The boot binds both to
 the instance's address and starts them (cloud.user_data); the DCGM exporter here is the
 lab's fixture package, so what its scrape shows is the binding, not GPU telemetry.
 Nothing here is EC2; no cloud behaviour follows from it beyond what moto and the fixtures
@@ -39,203 +33,28 @@ do.
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
-import os
-import re
 import shlex
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from gpupool.lab import hosts
-from gpupool.paths import ANSIBLE_CONFIG, PROJECT_ROOT
-from gpupool.render import cloud, inventory, slurm
+from gpupool.lab import burst_image, hosts
+from gpupool.render import cloud, slurm
 from gpupool.spec.model import Description
 
-FIXTURE_IMDS = Path(__file__).with_name("fixture_imds.py")
-BOOT_VARS = PROJECT_ROOT / "playbooks" / "vars" / "burst_image.yml"
-FIREWALL_TEMPLATE = PROJECT_ROOT / "roles" / "hardening" / "templates" / "nftables.conf.j2"
-RENDER_TIMEOUT_S = 120
-PACKAGE_RE = re.compile(r"[a-z0-9][a-z0-9.+-]*")
 BURST_LABEL = "gpupool.burst-instance"
-IMDS_DIR = "/etc/gpupool-lab/imds"  # in the host: the metadata state and injected notices
-ENDPOINT_FILE = "/etc/gpupool-lab/aws-endpoint"
+IMDS_DIR, ENDPOINT_FILE = burst_image.IMDS_DIR, burst_image.ENDPOINT_FILE
 ROLE_NAME = "gpupool-burst-node"  # the instance profile's role, as the metadata names it
 FIXTURE_KEY = "fixture"  # moto's fixture credentials, not a secret
-BUILD_TIMEOUT_S = 900
-# Where roles/acceptance_gate leaves its archive (acceptance_gate_dir).
-GATE_BUNDLE = cloud.GATE_LIB.rsplit("/", 1)[0] + "/gate-bundle.tar.gz"
 LINK_COPIES_MAX = 10
-DEBIAN_LIST = "deb http://deb.debian.org/debian bookworm main\n"
-
-# Run in a container of the committed source host (no systemd): what makes a converged
-# on-prem host an image any burst node can boot from.
-SCRUB = r"""set -eu
-export DEBIAN_FRONTEND=noninteractive
-printf '%s' "$DEBIAN_LIST" > /tmp/debian.list
-apt_opts="-o Dir::Etc::sourcelist=/tmp/debian.list -o Dir::Etc::sourceparts=-"
-apt-get $apt_opts update -q >/dev/null
-apt-get $apt_opts install -y -q --no-install-recommends $boot_packages >/dev/null
-apt-get clean
-rm -rf /var/lib/apt/lists/* /tmp/debian.list
-# Identity: a burst node gets its key, configuration and name at boot.
-rm -f /etc/munge/munge.key /etc/slurm/*.conf /etc/default/slurmd
-rm -rf /var/lib/slurm/slurmd/* /var/lib/cloud /var/log/slurm/*
-# FIXTURE (lab only): a container shares this machine's boot time, and slurmctld takes a
-# resuming node whose boot predates the resume for one that never rebooted (it waits out
-# ResumeTimeout). -b reports the fresh boot a real instance's uptime shows.
-mkdir -p /etc/systemd/system/slurmd.service.d
-printf '%s\n' '[Service]' 'ExecStart=' 'ExecStart=/usr/sbin/slurmd -D -s -b $SLURMD_OPTIONS' \
-  > /etc/systemd/system/slurmd.service.d/gpupool-lab-boot.conf
-# The burst node's firewall (any of its addresses) for the source host's (its own).
-install -m 0755 /tmp/build/nftables.conf /etc/nftables.conf
-# Services bound to the source host's own addresses (they would fail on any other).
-for unit in slurmd prometheus-node-exporter dcgm-exporter; do
-  systemctl disable "$unit" >/dev/null 2>&1 || true  # absent in a leaner source: nothing to do
-done
-: > /etc/machine-id
-rm -f /etc/ssh/ssh_host_*
-# cloud-init: the seed folder only; the host's network, name and locale are podman's.
-mkdir -p /etc/cloud/cloud.cfg.d /var/lib/cloud/seed/nocloud
-printf '%s\n' 'datasource_list: [NoCloud, None]' 'network: {config: disabled}' \
-  'preserve_hostname: true' 'locale: C.UTF-8' > /etc/cloud/cloud.cfg.d/90-gpupool-lab.cfg
-# FIXTURE: the metadata service on 169.254.169.254, before cloud-init runs user scripts.
-install -d -m 0755 /etc/gpupool-lab /etc/gpupool-lab/imds
-install -m 0755 /tmp/build/fixture_imds.py /usr/local/sbin/gpupool-fixture-imds
-cat > /etc/systemd/system/gpupool-fixture-imds.service <<'EOF'
-[Unit]
-Description=FIXTURE instance metadata service (lab only; not EC2)
-Before=cloud-init-local.service cloud-init.service cloud-final.service
-DefaultDependencies=no
-After=local-fs.target
-[Service]
-ExecStartPre=-/usr/sbin/ip addr add 169.254.169.254/32 dev lo
-ExecStart=/usr/local/sbin/gpupool-fixture-imds --state /etc/gpupool-lab/imds/state.json
-Restart=on-failure
-[Install]
-WantedBy=sysinit.target
-EOF
-systemctl enable gpupool-fixture-imds.service >/dev/null 2>&1
-# FIXTURE: the lab's AWS is moto on this machine; the CLI is Debian's.
-cat > /usr/local/bin/aws <<'EOF'
-#!/bin/sh
-# FIXTURE (lab only): the real AWS CLI, sent to the lab's moto endpoint.
-exec /usr/bin/aws --endpoint-url "$(cat /etc/gpupool-lab/aws-endpoint)" "$@"
-EOF
-chmod 0755 /usr/local/bin/aws
-"""
+FIXTURE_GPUS = "/etc/tmpfiles.d/gpupool-fixture-gpus.conf"  # the slurm role's, on-prem
+NVIDIA_MAJOR = 195
 
 
 class BurstLabError(hosts.LabError):
     """The lab's burst data plane could not do what was asked; the message says what."""
-
-
-def boot_packages() -> str:
-    """playbooks/burst_image.yml's boot packages, as one word list for the scrub script."""
-    names = yaml.safe_load(BOOT_VARS.read_text())["burst_image_boot_packages"]
-    if not (isinstance(names, list) and names
-            and all(isinstance(n, str) and PACKAGE_RE.fullmatch(n) for n in names)):
-        raise BurstLabError(f"{BOOT_VARS}: burst_image_boot_packages is not a list of "
-                            "Debian package names")
-    return " ".join(names)
-
-
-def firewall_vars(desc: Description) -> dict[str, Any]:
-    """The hardening role's firewall variables for a burst node: those
-    inventory.burst_image_vars gives playbooks/burst_image.yml (the lab bursts in one
-    region; the firewall is the same in every one)."""
-    image = inventory.burst_image_vars(desc, cloud.regions(desc)[0])
-    return {"hardening_inbound": image["gpupool_node"]["inbound"],
-            "hardening_sources": image["gpupool_flow_sources"]}
-
-
-def firewall_ruleset(desc: Description) -> str:
-    """The image's /etc/nftables.conf: the hardening role's template rendered by Ansible's
-    template module here, as the role renders it on a real image builder."""
-    with tempfile.TemporaryDirectory() as tmp:
-        given, out = Path(tmp) / "vars.json", Path(tmp) / "nftables.conf"
-        given.write_text(json.dumps(firewall_vars(desc)))
-        proc = subprocess.run(
-            [str(PROJECT_ROOT / ".venv" / "bin" / "ansible"), "localhost", "-c", "local",
-             "-i", "localhost,", "-m", "ansible.builtin.template",
-             "-a", f"src={FIREWALL_TEMPLATE} dest={out}", "-e", f"@{given}",
-             "-e", f"ansible_python_interpreter={sys.executable}"],
-            # Ansible's own strategy: Mitogen's does not run a local connection here.
-            cwd=PROJECT_ROOT, env={**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE_CONFIG),
-                                   "ANSIBLE_STRATEGY": "linear"},
-            capture_output=True, text=True, timeout=RENDER_TIMEOUT_S, check=False)
-        if proc.returncode != 0 or not out.exists():
-            raise BurstLabError(f"rendering the burst image's firewall: {proc.stdout[-2000:]}"
-                                f"{proc.stderr[-2000:]}")
-        return out.read_text()
-
-
-def image_ref(desc: Description, source_id: str) -> str:
-    recipe = json.dumps([SCRUB, DEBIAN_LIST, boot_packages(), FIXTURE_IMDS.read_text(),
-                         FIREWALL_TEMPLATE.read_text(), firewall_vars(desc), source_id],
-                        sort_keys=True)
-    digest = hashlib.sha256(recipe.encode()).hexdigest()[:16]
-    return f"localhost/gpupool-burst-{desc.pool.name}:{digest}"
-
-
-def source_node(desc: Description) -> str:
-    """The on-prem host the image is taken from: the first GPU node of the class the burst
-    groups' instances stand in for (the lab has one GPU class)."""
-    gpu = [n.name for n in slurm.nodes(desc) if not n.cloud and n.gpus]
-    if not gpu:
-        raise BurstLabError("the lab has no on-prem GPU host to build the burst image from")
-    return gpu[0]
-
-
-def build_image(desc: Description, report: hosts.Report = lambda _m: None) -> str:
-    """The burst image, built from the lab's converged GPU host unless it exists."""
-    source = hosts.container_name(desc, source_node(desc))
-    info = hosts.podman("container", "inspect", source, check=False)
-    if info.returncode != 0:
-        raise BurstLabError(f"{source} is not running: bring the lab up and converge it first")
-    # The source's gate (roles/acceptance_gate) changes with the checkout on a long-lived
-    # lab host: a new archive there is a new image.
-    gate = hosts.podman("exec", source, "sh", "-c", f"sha256sum < {GATE_BUNDLE} 2>/dev/null "
-                        "|| true", check=False).stdout.strip()
-    ref = image_ref(desc, json.loads(info.stdout)[0]["Id"] + gate)
-    if hosts.podman("image", "exists", ref, check=False).returncode == 0:
-        return ref
-    _prune_images(desc)
-    report(f"building burst image {ref} from {source}")
-    staged = f"{ref}-source"
-    hosts.podman("commit", "--pause=true", source, staged, timeout=BUILD_TIMEOUT_S)
-    builder = f"gpupool-burst-build-{desc.pool.name}"
-    hosts.podman("rm", "-f", builder, check=False)
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "fixture_imds.py").write_text(FIXTURE_IMDS.read_text())
-        (Path(tmp) / "nftables.conf").write_text(firewall_ruleset(desc))
-        try:
-            hosts.podman("run", "--name", builder, "-v", f"{tmp}:/tmp/build:ro",
-                         "-e", f"DEBIAN_LIST={DEBIAN_LIST}",
-                         "-e", f"boot_packages={boot_packages()}", "--entrypoint", "/bin/bash",
-                         staged, "-c", SCRUB, timeout=BUILD_TIMEOUT_S)
-            # Labelled with the pool, so `gpupool lab down` removes it (hosts.down).
-            hosts.podman("commit", "--change", 'CMD ["/sbin/init"]', "--change",
-                         "ENTRYPOINT []", "--change", f"LABEL gpupool.pool={desc.pool.name}",
-                         builder, ref, timeout=BUILD_TIMEOUT_S)
-        finally:
-            hosts.podman("rm", "-f", builder, check=False)
-            hosts.podman("rmi", staged, check=False)
-    return ref
-
-
-def _prune_images(desc: Description) -> None:
-    """Burst images of this lab built from an earlier source host: one is kept at most."""
-    out = hosts.podman("images", "--filter",
-                       f"reference=localhost/gpupool-burst-{desc.pool.name}",
-                       "--format", "{{.Repository}}:{{.Tag}}").stdout.split()
-    if out:
-        hosts.podman("rmi", "-f", *out, timeout=BUILD_TIMEOUT_S)
 
 
 def declare_network(ec2: Any, desc: Description, region: str) -> dict[str, tuple[str, str]]:
@@ -415,6 +234,7 @@ def _boot(desc: Description, ec2: Any, instance: dict[str, Any], *, image: str,
         "/var/lib/cloud/seed/nocloud/user-data": _user_data(ec2, desc, instance),
         f"{IMDS_DIR}/state.json": json.dumps({"meta-data": metadata(instance, region)}),
         ENDPOINT_FILE: endpoint,
+        FIXTURE_GPUS: fixture_gpus(desc, node),
     }
     with tempfile.TemporaryDirectory() as tmp:
         for i, (path, text) in enumerate(seed.items()):
@@ -422,6 +242,17 @@ def _boot(desc: Description, ec2: Any, instance: dict[str, Any], *, image: str,
             local.write_text(text)
             hosts.podman("cp", str(local), f"{name}:{path}")
     hosts.podman("start", name)
+
+
+def fixture_gpus(desc: Description, node: str) -> str:
+    """FIXTURE (lab only): character devices with NVIDIA's major number standing in for the
+    cloud node's GPUs, where gres.conf names them, as the slurm role makes them on the lab's
+    on-prem hosts (templates/fixture-gpus.conf.j2); systemd makes them at the host's boot,
+    before slurmd counts them. Nothing here behaves like a GPU."""
+    count = next((n.gpus for n in slurm.nodes(desc) if n.cloud and n.name == node), 0)
+    return "# FIXTURE (lab only): not GPUs; devices slurmd can count.\n" + "".join(
+        f"c {slurm.GPU_DEVICE.format(i)} 0666 root root - {NVIDIA_MAJOR}:{i}\n"
+        for i in range(count))
 
 
 def sync(desc: Description, ec2: Any, image: str, endpoint: str,

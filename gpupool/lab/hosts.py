@@ -521,13 +521,17 @@ def ensure_mirror(desc: Description, image: str, report: Report) -> str:
         raise LabError(str(exc)) from exc
 
 
+def mirror_vars(mirror_key: str) -> dict[str, str]:
+    """NVIDIA's repositories are unreachable here: the lab's NVIDIA software comes from its
+    own signed mirror (real driver packages, fixture toolkit and DCGM), mounted at
+    MIRROR_MOUNT in every lab host and the burst image's builder."""
+    return {"nvidia_repo_source": "mirror", "nvidia_repo_mirror_url": f"file:{MIRROR_MOUNT}",
+            "nvidia_repo_mirror_key": mirror_key}
+
+
 def write_inventory(desc: Description, mirror_key: str) -> Path:
     inv = inventory.build(desc, {
-        # NVIDIA's repositories are unreachable here: the lab's NVIDIA software comes from
-        # its own signed mirror (real driver packages, fixture toolkit and DCGM).
-        "nvidia_repo_source": "mirror",
-        "nvidia_repo_mirror_url": f"file:{MIRROR_MOUNT}",
-        "nvidia_repo_mirror_key": mirror_key,
+        **mirror_vars(mirror_key),
         "ansible_user": "root",
         "ansible_ssh_private_key_file": str(key_path(desc)),
         "ansible_ssh_common_args": " ".join(ssh_args(desc)[2:]),

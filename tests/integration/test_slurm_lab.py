@@ -30,7 +30,7 @@ import boto3
 import pytest
 
 import bench.slurm_lab
-from gpupool.lab import burst_hosts, localaws, slurm_cluster
+from gpupool.lab import burst_hosts, burst_image, localaws, slurm_cluster
 from gpupool.lab import hosts as lab_mod
 from gpupool.onhost import burst
 from gpupool.render import cloud, flows, slurm
@@ -540,7 +540,7 @@ def aws_lab(cluster):
     with contextlib.ExitStack() as stack:
         stack.callback(burst_hosts.remove_all, DESC)
         t = time.monotonic()
-        image = burst_hosts.build_image(DESC)
+        image = burst_image.build(DESC)
         cluster.figures["burst_image_ready_s"] = round(time.monotonic() - t, 1)
         url = stack.enter_context(localaws.endpoint(burst_hosts.aws_address(DESC)))
         capacity = localaws.CapacityProxy(url, burst_hosts.aws_address(DESC))

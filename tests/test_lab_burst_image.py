@@ -1,0 +1,111 @@
+"""The lab's burst image without the lab: it is built by running the Image Builder
+component the Pulumi program declares (gpupool.render.image), step by step, with only the
+lab's named differences (the artifact from the working tree, the lab's NVIDIA mirror in
+the variables); its recipe names everything the image is made of. The build itself, on a
+bare lab host, is proven by tests/integration/test_slurm_lab.py (aws_lab)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpupool.lab import burst_image, hosts, mirror
+from gpupool.render import image, inventory
+from gpupool.spec import loader
+from tests.conftest import ROOT
+
+DESC = loader.load_stack("lab", ROOT)
+ADDED = hosts.mirror_vars("-----BEGIN PGP PUBLIC KEY BLOCK-----\nfixture\n")
+
+
+def _document() -> str:
+    return image.component_document(DESC, burst_image.region(DESC))
+
+
+def test_every_step_of_the_document_runs_and_the_lab_adds_only_its_mirror(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[tuple[str, str]] = []
+    monkeypatch.setattr(burst_image, "_in_builder",
+                        lambda _b, script, what: ran.append((what, script)))
+    for phase in yaml.safe_load(_document())["phases"]:
+        burst_image.run_phase("builder", phase, tmp_path, ADDED)
+    steps = [what for what, _ in ran]
+    assert steps == ["InstallAnsible", "FetchPlaybooks", f"writing {image.VARS_FILE}",
+                     "RunPlaybook", "CleanUp", "BurstBootNeeds"]
+    written = json.loads((tmp_path / "file0").read_text())
+    assert written == {**inventory.burst_image_vars(DESC, burst_image.region(DESC)), **ADDED}
+    assert written["nvidia_repo_source"] == "mirror"
+    fetch = dict(ran)["FetchPlaybooks"]
+    assert f"{burst_image.STAGE}/{burst_image.ARTIFACT} /opt/gpupool-image/" in fetch
+
+
+def test_a_step_the_lab_cannot_run_is_refused_by_name(tmp_path: Path) -> None:
+    phase = {"steps": [{"name": "Reboot", "action": "Reboot", "inputs": {}}]}
+    with pytest.raises(burst_image.BurstImageError, match="Reboot: the lab does not run"):
+        burst_image.run_phase("builder", phase, tmp_path, ADDED)
+
+
+def test_a_destination_is_quoted_for_the_builders_shell(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    ran: list[str] = []
+    monkeypatch.setattr(burst_image, "_in_builder", lambda _b, script, _w: ran.append(script))
+    phase = {"steps": [{"name": "F", "action": "S3Download",
+                        "inputs": [{"source": "s3://b/k", "destination": "/x; rm -rf /"}]}]}
+    burst_image.run_phase("builder", phase, tmp_path, ADDED)
+    assert ran[0].endswith("'/x; rm -rf /'")
+
+
+def test_the_artifact_is_the_working_trees_files_and_the_gate(tmp_path: Path) -> None:
+    bundle = tmp_path / "gate-bundle.tar.gz"
+    bundle.write_bytes(b"gate")
+    files = dict(burst_image.artifact_files(bundle))
+    assert files[image.GATE_BUNDLE] == bundle
+    assert "playbooks/burst_image.yml" in files and "ansible.cfg" in files
+    assert "roles/acceptance_gate/defaults/main.yml" in files
+    assert "gpupool/onhost/spot_watch.py" in files
+    assert not any("__pycache__" in n or n.endswith(".pyc") for n in files)
+    assert {n.split("/")[0] for n in files} == {"ansible.cfg", "playbooks", "roles", "gpupool",
+                                                ".cache"}
+
+
+def test_the_recipe_changes_with_every_input(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_text("one")
+    b.write_text("one")
+    first = burst_image.pack_artifact([("x", a)], tmp_path / "1.tar.gz")
+    assert burst_image.pack_artifact([("x", b)], tmp_path / "2.tar.gz") == first
+    b.write_text("two")
+    changed = burst_image.pack_artifact([("x", b)], tmp_path / "3.tar.gz")
+    assert changed != first
+    doc = _document()
+    ref = burst_image.image_ref(DESC, doc, ADDED, first, "base:1")
+    assert ref.startswith(f"localhost/gpupool-burst-{DESC.pool.name}:")
+    assert len({ref,
+                burst_image.image_ref(DESC, doc + " ", ADDED, first, "base:1"),
+                burst_image.image_ref(DESC, doc, hosts.mirror_vars("other"), first, "base:1"),
+                burst_image.image_ref(DESC, doc, ADDED, changed, "base:1"),
+                burst_image.image_ref(DESC, doc, ADDED, first, "base:2")}) == 5
+
+
+def test_no_mirror_no_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hosts, "mirror_dir", lambda _d: tmp_path)
+    with pytest.raises(burst_image.BurstImageError, match="bring the lab up first"):
+        burst_image.lab_vars(DESC)
+    (tmp_path / mirror.KEY_NAME).write_text("key")
+    assert burst_image.lab_vars(DESC)["nvidia_repo_mirror_key"] == "key"
+
+
+def test_the_fixture_layer_touches_no_burst_software() -> None:
+    """Only what a lab host lacks: the metadata service, the aws wrapper, cloud-init's
+    seed folder and slurmd's fresh-boot flag; everything else is the playbook's."""
+    written = {line.split(">")[-1].strip() for line in burst_image.FIXTURE_LAYER.splitlines()
+               if ">" in line and "/etc/" in line.split(">")[-1]}
+    assert written == {"/etc/systemd/system/slurmd.service.d/gpupool-lab-boot.conf",
+                       "/etc/cloud/cloud.cfg.d/90-gpupool-lab.cfg",
+                       "/etc/systemd/system/gpupool-fixture-imds.service <<'EOF'"}
+    for never in ("apt-get", "munge", "nftables", "sshd", "slurm.conf"):
+        assert never not in burst_image.FIXTURE_LAYER, never
