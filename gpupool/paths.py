@@ -26,6 +26,17 @@ DATA = Path(__file__).resolve().parent / "data"
 PROJECT_FILE = "Pulumi.yaml"
 
 
+# Python's byte-code caches: never packed into anything gpupool ships to a host.
+CACHES = ("__pycache__", ".pyc")
+
+
+def files_under(top: Path, skip: tuple[str, ...] = CACHES) -> list[Path]:
+    """The files under top (or top itself, a file), sorted, without those whose name or a
+    folder of whose path holds one of skip."""
+    found = [top] if top.is_file() else sorted(p for p in top.rglob("*") if p.is_file())
+    return [p for p in found if not any(s in p.name or s in p.parts for s in skip)]
+
+
 def find_project(start: Path) -> Path | None:
     """The nearest folder from start upwards that holds a Pulumi.yaml, if any."""
     start = start.resolve()

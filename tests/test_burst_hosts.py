@@ -139,7 +139,7 @@ def test_the_labs_hybrid_link_exempts_exactly_cloud_to_onprem_from_masquerade() 
 def test_a_burst_host_gets_the_fixture_devices_gres_conf_names_for_it() -> None:
     """slurmd refuses to start where a file gres.conf names is missing: each cloud node's
     host gets as many fixture devices as its instance type has GPUs, as the slurm role makes
-    them on-prem; a name that is no cloud node gets none."""
+    them on-prem; a name that is no node gets none."""
     [line] = slurm.gres_conf(DESC)
     for node in (n for n in slurm.nodes(DESC) if n.cloud):
         rows = burst_hosts.fixture_gpus(DESC, node.name).splitlines()
@@ -147,4 +147,4 @@ def test_a_burst_host_gets_the_fixture_devices_gres_conf_names_for_it() -> None:
         assert [r.split()[1] for r in rows[1:]] == [f"/dev/nvidia{i}" for i in range(node.gpus)]
         assert all(r.split()[-1] == f"195:{i}" for i, r in enumerate(rows[1:]))
         assert f"File=/dev/nvidia[0-{node.gpus - 1}]" in line
-    assert burst_hosts.fixture_gpus(DESC, "lab-gpu1").splitlines()[1:] == []
+    assert burst_hosts.fixture_gpus(DESC, "no-such-node").splitlines()[1:] == []

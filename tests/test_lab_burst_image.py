@@ -102,10 +102,29 @@ def test_no_mirror_no_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 def test_the_fixture_layer_touches_no_burst_software() -> None:
     """Only what a lab host lacks: the metadata service, the aws wrapper, cloud-init's
     seed folder and slurmd's fresh-boot flag; everything else is the playbook's."""
-    written = {line.split(">")[-1].strip() for line in burst_image.FIXTURE_LAYER.splitlines()
+    layer = burst_image.fixture_layer()
+    written = {line.split(">")[-1].strip() for line in layer.splitlines()
                if ">" in line and "/etc/" in line.split(">")[-1]}
     assert written == {"/etc/systemd/system/slurmd.service.d/gpupool-lab-boot.conf",
                        "/etc/cloud/cloud.cfg.d/90-gpupool-lab.cfg",
                        "/etc/systemd/system/gpupool-fixture-imds.service <<'EOF'"}
     for never in ("apt-get", "munge", "nftables", "sshd", "slurm.conf"):
-        assert never not in burst_image.FIXTURE_LAYER, never
+        assert never not in layer, never
+
+
+def test_the_fixture_layer_uses_the_paths_the_lab_hosts_are_given() -> None:
+    """The layer's folders and files are the module's constants, which burst_hosts writes
+    into each host: a path changed in one place cannot leave the other behind."""
+    layer = burst_image.fixture_layer()
+    assert "@" not in layer.replace('"$@"', "")
+    assert f"mkdir -p /etc/cloud/cloud.cfg.d {burst_image.SEED_DIR}\n" in layer
+    assert f"--state {burst_image.IMDS_STATE}\n" in layer
+    assert f'"$(cat {burst_image.ENDPOINT_FILE})"' in layer
+    assert f"install -m 0755 {burst_image.STAGE}/fixture_imds.py " in layer
+    assert burst_image.IMDS_STATE.startswith(burst_image.IMDS_DIR + "/")
+
+
+def test_a_path_that_is_not_plain_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(burst_image, "SEED_DIR", "/var/lib/cloud/seed $(reboot)")
+    with pytest.raises(burst_image.BurstImageError, match=r"SEED_DIR .* plain absolute path"):
+        burst_image.fixture_layer()

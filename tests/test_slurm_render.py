@@ -200,9 +200,13 @@ def test_plan_and_files(desc):
     files = slurm.render_files(desc)
     assert set(files) == {"slurm.conf", "gres.conf", "topology.conf", "cgroup.conf"}
     assert files["slurm.conf"].splitlines()[1:] == plan["slurm_conf"]
-    expected = ({n: desc.node_classes[desc.nodes[n].class_].gpu.count for n in gpu_nodes(desc)}
+    expected = ({n.name: n.gpus for n in slurm.nodes(desc)}
                 if desc.pool.environment == "lab" else {})
     assert plan["fixture_gpu_devices"] == expected
+    # On-prem nodes have the class's GPUs; cloud nodes (the lab's burst hosts) are counted.
+    assert all(expected[n] == desc.node_classes[desc.nodes[n].class_].gpu.count
+               for n in gpu_nodes(desc) if expected)
+    assert plan["fixture_gpu_major"] == slurm.GPU_FIXTURE_MAJOR
 
 
 def test_cli_render(tmp_path, capsys):
@@ -233,3 +237,22 @@ def test_sched_interval_is_read_from_the_rendered_tuning() -> None:
     assert slurm.sched_interval_s(loader.load_stack("lab", ROOT)) == 2
     assert slurm.sched_interval_s(loader.load_stack("example", ROOT)) == \
         slurm.SCHED_INTERVAL_DEFAULT_S
+
+
+def test_the_role_writes_the_fixture_gpus_the_lab_burst_hosts_get():
+    """The slurm role's tmpfiles template (on-prem lab hosts) and fixture_gpus_conf (the
+    lab's burst hosts) write the same devices from the same plan: one major, one naming."""
+    import jinja2  # noqa: PLC0415
+
+    desc = loader.load_stack("lab")
+    plan = slurm.plan(desc)
+    template = jinja2.Environment(  # as Ansible's template module: trim_blocks  # noqa: S701
+        trim_blocks=True, undefined=jinja2.StrictUndefined).from_string(
+        (ROOT / "roles/slurm/templates/fixture-gpus.conf.j2").read_text())
+    for node in gpu_nodes(desc):
+        text = template.render(ansible_managed="managed", inventory_hostname=node,
+                               slurm_fixture_gpu_devices=plan["fixture_gpu_devices"],
+                               slurm_policy=plan)
+        devices = [line + "\n" for line in text.splitlines() if line.startswith("c /dev/nvidia")
+                   and "nvidia-caps" not in line]
+        assert "".join(devices) == slurm.fixture_gpus_conf(desc, node) != ""

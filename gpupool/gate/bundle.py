@@ -33,7 +33,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement  # with Ansible on every controller
 
-from gpupool.paths import PROJECT_ROOT
+from gpupool.paths import CACHES, PROJECT_ROOT, files_under
 
 PACKAGE = Path(__file__).resolve().parent.parent  # gpupool itself, checkout or installed
 LOCK = PROJECT_ROOT / "uv.lock"  # a checkout's; an installed gpupool has none beside it
@@ -44,8 +44,9 @@ NODE_MARKERS = {"python_version": PYTHON_VERSION, "python_full_version": f"{PYTH
                 "sys_platform": "linux", "platform_system": "Linux",
                 "platform_machine": "x86_64", "os_name": "posix",
                 "implementation_name": "cpython", "platform_python_implementation": "CPython"}
-# Not packed: caches, and an installed gpupool's share/ (roles, playbooks: the controller's).
-SKIP = ("__pycache__", ".pyc", ".lock")
+# Not packed: caches, lock files, and an installed gpupool's share/ (roles, playbooks: the
+# controller's).
+SKIP = (*CACHES, ".lock")
 SKIP_TOP = ("share",)
 INSTALL_TIMEOUT_S = 600
 
@@ -93,8 +94,7 @@ def constraints() -> list[str]:
 
 
 def _members(top: Path) -> list[tuple[Path, str]]:
-    return sorted((p, str(p.relative_to(top.parent))) for p in top.rglob("*")
-                  if p.is_file() and not any(s in p.name or s in p.parts for s in SKIP))
+    return [(p, str(p.relative_to(top.parent))) for p in files_under(top, SKIP)]
 
 
 def _source() -> list[tuple[Path, str]]:

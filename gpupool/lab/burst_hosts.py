@@ -45,12 +45,10 @@ from gpupool.render import cloud, slurm
 from gpupool.spec.model import Description
 
 BURST_LABEL = "gpupool.burst-instance"
-IMDS_DIR, ENDPOINT_FILE = burst_image.IMDS_DIR, burst_image.ENDPOINT_FILE
 ROLE_NAME = "gpupool-burst-node"  # the instance profile's role, as the metadata names it
 FIXTURE_KEY = "fixture"  # moto's fixture credentials, not a secret
 LINK_COPIES_MAX = 10
 FIXTURE_GPUS = "/etc/tmpfiles.d/gpupool-fixture-gpus.conf"  # the slurm role's, on-prem
-NVIDIA_MAJOR = 195
 
 
 class BurstLabError(hosts.LabError):
@@ -229,11 +227,11 @@ def _boot(desc: Description, ec2: Any, instance: dict[str, Any], *, image: str,
                  "--network", f"{net}:ip={instance['PrivateIpAddress']}", *hosts_args,
                  "--cap-add", "NET_ADMIN", *hosts.shared_mounts(desc), image)
     seed = {
-        "/var/lib/cloud/seed/nocloud/meta-data": json.dumps(
+        f"{burst_image.SEED_DIR}/meta-data": json.dumps(
             {"instance-id": instance["InstanceId"], "local-hostname": node}),
-        "/var/lib/cloud/seed/nocloud/user-data": _user_data(ec2, desc, instance),
-        f"{IMDS_DIR}/state.json": json.dumps({"meta-data": metadata(instance, region)}),
-        ENDPOINT_FILE: endpoint,
+        f"{burst_image.SEED_DIR}/user-data": _user_data(ec2, desc, instance),
+        burst_image.IMDS_STATE: json.dumps({"meta-data": metadata(instance, region)}),
+        burst_image.ENDPOINT_FILE: endpoint,
         FIXTURE_GPUS: fixture_gpus(desc, node),
     }
     with tempfile.TemporaryDirectory() as tmp:
@@ -247,12 +245,10 @@ def _boot(desc: Description, ec2: Any, instance: dict[str, Any], *, image: str,
 def fixture_gpus(desc: Description, node: str) -> str:
     """FIXTURE (lab only): character devices with NVIDIA's major number standing in for the
     cloud node's GPUs, where gres.conf names them, as the slurm role makes them on the lab's
-    on-prem hosts (templates/fixture-gpus.conf.j2); systemd makes them at the host's boot,
-    before slurmd counts them. Nothing here behaves like a GPU."""
-    count = next((n.gpus for n in slurm.nodes(desc) if n.cloud and n.name == node), 0)
-    return "# FIXTURE (lab only): not GPUs; devices slurmd can count.\n" + "".join(
-        f"c {slurm.GPU_DEVICE.format(i)} 0666 root root - {NVIDIA_MAJOR}:{i}\n"
-        for i in range(count))
+    on-prem hosts (slurm.fixture_gpus_conf); systemd makes them at the host's boot, before
+    slurmd counts them. Nothing here behaves like a GPU."""
+    return ("# FIXTURE (lab only): not GPUs; devices slurmd can count.\n"
+            + slurm.fixture_gpus_conf(desc, node))
 
 
 def sync(desc: Description, ec2: Any, image: str, endpoint: str,
@@ -307,4 +303,4 @@ def notice(desc: Description, node: str, action: str, when: str) -> None:
     """Inject a spot interruption notice into a burst host's metadata fixture."""
     body = json.dumps({"action": action, "time": when})
     hosts.podman("exec", host_name(desc, node), "sh", "-c",
-                 f"printf '%s' {shlex.quote(body)} > {IMDS_DIR}/spot-instance-action")
+                 f"printf '%s' {shlex.quote(body)} > {burst_image.IMDS_DIR}/spot-instance-action")

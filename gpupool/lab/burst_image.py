@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -41,26 +42,30 @@ from typing import Any
 import yaml
 
 from gpupool.lab import hosts, mirror
-from gpupool.paths import PROJECT_ROOT
+from gpupool.paths import PROJECT_ROOT, files_under
 from gpupool.render import cloud, image
 from gpupool.spec.model import Description
 
 FIXTURE_IMDS = Path(__file__).with_name("fixture_imds.py")
-IMDS_DIR = "/etc/gpupool-lab/imds"  # in the host: the metadata state and injected notices
-ENDPOINT_FILE = "/etc/gpupool-lab/aws-endpoint"
+# In the host: the lab's fixture folder, the metadata's state and injected notices, the
+# lab's AWS endpoint, and cloud-init's NoCloud seed (the host's user-data and meta-data).
+LAB_DIR = "/etc/gpupool-lab"
+IMDS_DIR = f"{LAB_DIR}/imds"
+IMDS_STATE = f"{IMDS_DIR}/state.json"
+ENDPOINT_FILE = f"{LAB_DIR}/aws-endpoint"
+SEED_DIR = "/var/lib/cloud/seed/nocloud"
 STEP_TIMEOUT_S = 900
 BOOT_WAIT_S = 60
 STAGE = "/srv/gpupool-build"  # in the builder: what this machine hands it, read-only
 ARTIFACT = "gpupool-image.tar.gz"
-# Not packed: caches, as gpupool.gate.bundle leaves them out of the gate's archive.
-SKIP = ("__pycache__", ".pyc")
 # Where the artifact carries the gate's archive (roles/acceptance_gate looks beside the
 # playbooks: acceptance_gate_bundle).
 GATE_BUNDLE = image.GATE_BUNDLE
 
 # FIXTURE (lab only), run in the built image: what a real instance has and a lab host
-# lacks. Nothing of the burst node's own software is touched.
-FIXTURE_LAYER = r"""set -eu
+# lacks. Nothing of the burst node's own software is touched. The @NAME@ marks are this
+# module's paths (fixture_layer fills them), so the host and the layer cannot disagree.
+_FIXTURE_LAYER = r"""set -eu
 # A container shares this machine's boot time, and slurmctld takes a resuming node whose
 # boot predates the resume for one that never rebooted (it waits out ResumeTimeout). -b
 # reports the fresh boot a real instance's uptime shows.
@@ -68,12 +73,12 @@ mkdir -p /etc/systemd/system/slurmd.service.d
 printf '%s\n' '[Service]' 'ExecStart=' 'ExecStart=/usr/sbin/slurmd -D -s -b $SLURMD_OPTIONS' \
   > /etc/systemd/system/slurmd.service.d/gpupool-lab-boot.conf
 # cloud-init: the seed folder only; the host's network, name and locale are podman's.
-mkdir -p /etc/cloud/cloud.cfg.d /var/lib/cloud/seed/nocloud
+mkdir -p /etc/cloud/cloud.cfg.d @SEED_DIR@
 printf '%s\n' 'datasource_list: [NoCloud, None]' 'network: {config: disabled}' \
   'preserve_hostname: true' 'locale: C.UTF-8' > /etc/cloud/cloud.cfg.d/90-gpupool-lab.cfg
 # The metadata service on 169.254.169.254, before cloud-init runs user scripts.
-install -d -m 0755 /etc/gpupool-lab /etc/gpupool-lab/imds
-install -m 0755 /srv/gpupool-build/fixture_imds.py /usr/local/sbin/gpupool-fixture-imds
+install -d -m 0755 @LAB_DIR@ @IMDS_DIR@
+install -m 0755 @STAGE@/fixture_imds.py /usr/local/sbin/gpupool-fixture-imds
 cat > /etc/systemd/system/gpupool-fixture-imds.service <<'EOF'
 [Unit]
 Description=FIXTURE instance metadata service (lab only; not EC2)
@@ -82,7 +87,7 @@ DefaultDependencies=no
 After=local-fs.target
 [Service]
 ExecStartPre=-/usr/sbin/ip addr add 169.254.169.254/32 dev lo
-ExecStart=/usr/local/sbin/gpupool-fixture-imds --state /etc/gpupool-lab/imds/state.json
+ExecStart=/usr/local/sbin/gpupool-fixture-imds --state @IMDS_STATE@
 Restart=on-failure
 [Install]
 WantedBy=sysinit.target
@@ -92,10 +97,23 @@ systemctl enable gpupool-fixture-imds.service >/dev/null 2>&1
 cat > /usr/local/bin/aws <<'EOF'
 #!/bin/sh
 # FIXTURE (lab only): the real AWS CLI, sent to the lab's moto endpoint.
-exec /usr/bin/aws --endpoint-url "$(cat /etc/gpupool-lab/aws-endpoint)" "$@"
+exec /usr/bin/aws --endpoint-url "$(cat @ENDPOINT_FILE@)" "$@"
 EOF
 chmod 0755 /usr/local/bin/aws
 """
+
+
+def fixture_layer() -> str:
+    """The fixture layer's script with this module's paths in it. They are plain paths
+    (checked here), so they need no quoting in the shell lines or the here-documents."""
+    paths = {"LAB_DIR": LAB_DIR, "IMDS_DIR": IMDS_DIR, "IMDS_STATE": IMDS_STATE,
+             "ENDPOINT_FILE": ENDPOINT_FILE, "SEED_DIR": SEED_DIR, "STAGE": STAGE}
+    script = _FIXTURE_LAYER
+    for mark, path in paths.items():
+        if not re.fullmatch(r"(/[\w.-]+)+", path):
+            raise BurstImageError(f"{mark} {path!r} is not a plain absolute path")
+        script = script.replace(f"@{mark}@", path)
+    return script
 
 
 class BurstImageError(hosts.LabError):
@@ -133,12 +151,8 @@ def gate_bundle() -> Path:
 def artifact_files(bundle: Path) -> list[tuple[str, Path]]:
     """(name in the archive, file here): image.ARTIFACT_PATHS from the working tree, and
     the gate's archive where the playbook looks for it, sorted by name."""
-    files = []
-    for top in image.ARTIFACT_PATHS:
-        path = PROJECT_ROOT / top
-        found = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-        files += [(str(p.relative_to(PROJECT_ROOT)), p) for p in found
-                  if not any(s in p.name or s in p.parts for s in SKIP)]
+    files = [(str(p.relative_to(PROJECT_ROOT)), p) for top in image.ARTIFACT_PATHS
+             for p in files_under(PROJECT_ROOT / top)]
     return sorted([*files, (GATE_BUNDLE, bundle)])
 
 
@@ -158,7 +172,7 @@ def pack_artifact(files: list[tuple[str, Path]], out: Path) -> str:
 
 def image_ref(desc: Description, document: str, added: dict[str, str], artifact: str,
               base: str) -> str:
-    recipe = json.dumps([document, added, artifact, FIXTURE_LAYER, FIXTURE_IMDS.read_text(),
+    recipe = json.dumps([document, added, artifact, fixture_layer(), FIXTURE_IMDS.read_text(),
                          base], sort_keys=True)
     return f"localhost/gpupool-burst-{desc.pool.name}:" \
            f"{hashlib.sha256(recipe.encode()).hexdigest()[:16]}"
@@ -234,7 +248,7 @@ def build(desc: Description, report: hosts.Report = lambda _m: None) -> str:
             hosts.wait_for(f"systemd in {builder}", lambda: _booted(builder), BOOT_WAIT_S)
             for phase in yaml.safe_load(document)["phases"]:
                 run_phase(builder, phase, stage, added)
-            _in_builder(builder, FIXTURE_LAYER, "the lab's fixture layer")
+            _in_builder(builder, fixture_layer(), "the lab's fixture layer")
             hosts.podman("stop", "-t", "30", builder, timeout=120)
             hosts.podman("commit", "--change", 'CMD ["/sbin/init"]', "--change",
                          "ENTRYPOINT []", "--change", f"LABEL gpupool.pool={desc.pool.name}",

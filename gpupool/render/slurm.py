@@ -65,6 +65,9 @@ BURST_CAPACITY_BLACKOUT_S = 600
 STATE_DIR = "{mount}/slurmctld-{pool}"
 BILLING = "CPU=0,GRES/gpu=1"  # fairshare on GPU-seconds only
 GPU_DEVICE = "/dev/nvidia{}"
+# Lab only: the character devices standing in for GPUs take the NVIDIA driver's own major
+# for /dev/nvidia<N>, so slurmd counts them where gres.conf names them.
+GPU_FIXTURE_MAJOR = 195
 # Lab only: the character devices standing in for MIG instances, named like the driver's
 # MIG capability devices (real ones have a dynamic major; the fixture takes 240, the first
 # of Linux's local/experimental character majors).
@@ -482,10 +485,18 @@ def burst_config(desc: Description) -> dict[str, Any]:
 
 
 def fixture_gpu_devices(desc: Description) -> dict[str, int]:
-    """Lab only: how many fixture GPU character devices each node needs."""
+    """Lab only: how many fixture GPU character devices each node needs, on-prem (the
+    slurm role makes them) and cloud (the lab's burst hosts get them at boot)."""
     if not is_lab(desc):
         return {}
-    return {n.name: n.gpus for n in nodes(desc) if not n.cloud}
+    return {n.name: n.gpus for n in nodes(desc)}
+
+
+def fixture_gpus_conf(desc: Description, node: str) -> str:
+    """Lab only: the systemd-tmpfiles lines of a node's fixture GPU devices, device i as
+    gres.conf names it (the slurm role's templates/fixture-gpus.conf.j2 writes the same)."""
+    return "".join(f"c {GPU_DEVICE.format(i)} 0666 root root - {GPU_FIXTURE_MAJOR}:{i}\n"
+                   for i in range(fixture_gpu_devices(desc).get(node, 0)))
 
 
 def fixture_mig_devices(desc: Description) -> dict[str, list[str]]:
@@ -528,6 +539,7 @@ def plan(desc: Description) -> dict[str, Any]:
         "burst": burst_config(desc),
         "fixture_gpu_devices": fixture_gpu_devices(desc),
         "fixture_mig_devices": fixture_mig_devices(desc),
+        "fixture_gpu_major": GPU_FIXTURE_MAJOR,
         "fixture_mig_major": MIG_FIXTURE_MAJOR,
     }
 
