@@ -21,6 +21,7 @@ SHAPE = {"lab_up_s": (float, None), "slurm_up_s": float,
          # Only in files written before the module shared site.yml's converge.
          "converge_s?": float, "reconverge_s?": float, "exclusive_gpu_pairs?": int,
          "interactive_start_on_full_pool_s?": float, "requeue_to_complete_s?": float,
+         "interactive_victim_requeued_itself?": bool,
          "fairshare?": {str: float}, "burst_resume_to_job_done_s?": float,
          "burst_idle_to_suspended_s?": float, "burst_image_ready_s?": float,
          "burst_launch_s?": float, "burst_boot_to_job_running_s?": float,

@@ -218,6 +218,12 @@ def test_interactive_preempts_deferred_which_is_requeued_and_completes(cluster):
                                "-C onprem", script=CHECKPOINTING, work=900, resume_work=5)
                 for _ in range(3)]
     wait_for("the pool full", lambda: all(cluster.state(j) == "RUNNING" for j in deferred), 30)
+    # Slurm signals a preempted job's steps, not its batch shell: a preemption before the
+    # step runs reaches no trap, and the job is requeued only after GraceTime. So the
+    # interactive job comes once every deferred job's step traps SIGTERM, as a running
+    # job's would (a job preempted in its first seconds is the runbook's GraceTime case).
+    wait_for("the deferred jobs' steps trapping SIGTERM", lambda: all(
+        "trapping" in cluster.output(j) for j in deferred), 60)
     t0 = time.monotonic()
     urgent = cluster.sbatch(f"-p {TOP}", f"-A {nlp}", "--gpus=1", "-C onprem", work=5)
     wait_for("the interactive job running", lambda: cluster.state(urgent) in (
@@ -231,10 +237,12 @@ def test_interactive_preempts_deferred_which_is_requeued_and_completes(cluster):
     victim = victims[0]
     done = wait_for("the victim completed", lambda: (
         (recs := cluster.sacct(victim))[-1]["State"] == "COMPLETED" and recs), 180)
-    # Either way it was requeued once and then finished: on a loaded host the job's own
-    # `scontrol requeue` may lose the race with GraceTime, and Slurm requeues it instead.
+    # Either way it was requeued once and then finished: should the job's own `scontrol
+    # requeue` lose the race with GraceTime, Slurm requeues it instead. Which path it took
+    # is recorded with the figures.
     assert [r["State"] for r in done][1:] == ["COMPLETED"], done
     assert done[0]["State"] in ("REQUEUED", "PREEMPTED"), done
+    cluster.figures["interactive_victim_requeued_itself"] = done[0]["State"] == "REQUEUED"
     assert "restart=1" in cluster.output(victim)
     assert "checkpoint" in cluster.output(victim)
     requeued, final = (time.mktime(time.strptime(r, "%Y-%m-%dT%H:%M:%S"))
