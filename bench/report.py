@@ -36,6 +36,8 @@ HEADLINES: list[Figure] = [
      "interactive_start_on_full_pool_s", "s"),
     ("preempted job: requeued to completed", "slurm_lab", "requeue_to_complete_s", "s"),
     ("burst node: resume to job done", "slurm_lab", "burst_resume_to_job_done_s", "s"),
+    ("burst image built from bare / a host of it booted to its job running", "slurm_lab",
+     "burst_image_ready_s burst_boot_to_job_running_s", "s"),
     ("node failure: job running again elsewhere", "drills",
      "node-failure.time_to_resume_s", "s"),
     ("failing node drained by the health check", "drills",
@@ -100,6 +102,8 @@ RUNBOOK_FIGURES: dict[str, list[Figure]] = {
         ("burst node: launch (resume program)", "slurm_lab", "burst_launch_s", "s"),
         ("burst node: host boot to job running", "slurm_lab", "burst_boot_to_job_running_s",
          "s"),
+        ("burst node, split: boot / gate / registration", "slurm_lab",
+         "burst_boot_s burst_gate_s burst_registration_s", "s"),
     ],
     "controller-recovery.md": [
         ("controller rebuilt from bare (site.yml) / restored", "controller_lab",
