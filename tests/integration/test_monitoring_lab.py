@@ -16,7 +16,8 @@ import json
 import time
 import urllib.parse
 from collections import Counter
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -331,6 +332,11 @@ def test_a_job_that_stops_checkpointing_alerts_until_it_checkpoints(
         wait_for("the job running", lambda: pool.state(job) == "RUNNING", 60)
         node = pool.job(job)["BatchHost"]
         assert pool.sh("systemctl is-active gpupool-checkpoint-age.timer", node).strip() == "active"
+        # RUNNING is the scheduler's word: the batch script may not have aged its
+        # checkpoint yet, and a collector run before it would report a fresh one.
+        wait_for("the job's checkpoint aged on its node", lambda: len(pool.sh(
+            f"find {directory} {directory}/ckpt-00000001.json -maxdepth 0 -mmin +120",
+            node, check=False).split()) == 2, 60)
 
         def measure() -> None:
             pool.sh("systemctl start gpupool-checkpoint-age.service", node)
@@ -340,7 +346,8 @@ def test_a_job_that_stops_checkpointing_alerts_until_it_checkpoints(
             return found if found and (float(found[0]["value"][1]) > 7200) == stale else None
 
         measure()
-        old = wait_for("the stale checkpoint's age in Prometheus", lambda: scraped(True), 120)
+        old = explained("the stale checkpoint's age in Prometheus", lambda: scraped(True),
+                        lambda: checkpoint_age_evidence(pool, node, directory))
         assert len(old) == 1
         assert old[0]["metric"]["team"] == team
         assert old[0]["metric"]["instance"].startswith(desc.nodes[node].addresses["management"])
@@ -349,7 +356,8 @@ def test_a_job_that_stops_checkpointing_alerts_until_it_checkpoints(
 
         pool.sh(f"touch {directory}/ckpt-00000002.json", node)
         measure()
-        wait_for("the fresh checkpoint's age in Prometheus", lambda: scraped(False), 120)
+        explained("the fresh checkpoint's age in Prometheus", lambda: scraped(False),
+                  lambda: checkpoint_age_evidence(pool, node, directory))
         wait_for("CheckpointStale resolved", lambda: not promql(pool, alert), 120)
     finally:
         pool.cancel_all()
@@ -359,6 +367,35 @@ def test_a_job_that_stops_checkpointing_alerts_until_it_checkpoints(
 
     pool.sh("systemctl start gpupool-checkpoint-age.service", node)
     wait_for("the ended job's series gone from Prometheus", lambda: not promql(pool, query), 120)
+
+
+T = TypeVar("T")
+
+
+def explained(what: str, probe: Callable[[], T | None], evidence: Callable[[], str],
+              timeout: float = 120) -> T:
+    """wait_for, and when the wait is in vain, the evidence that says where the chain
+    broke, in the failure's message."""
+    try:
+        return wait_for(what, probe, timeout)
+    except hosts.LabError as exc:
+        raise hosts.LabError(f"{exc}\n{evidence()}") from None
+
+
+def checkpoint_age_evidence(pool: slurm_cluster.SlurmLab, node: str, directory: str) -> str:
+    """Each link from the job's directory to Prometheus: the directory's times, what slurmd
+    lists, the collector's last runs and file, and the node's scrape."""
+    textfile = "/var/lib/prometheus/node-exporter/gpupool_checkpoint_age.prom"
+    on_node = [f"ls -la --time-style=+%s {directory}; date +%s", "scontrol listpids",
+               "journalctl -u gpupool-checkpoint-age.service -n 12 --no-pager -o short-monotonic",
+               "systemctl list-timers gpupool-checkpoint-age.timer --no-pager",
+               f"cat {textfile}"]
+    lines = [f"## {node}: {cmd}\n{pool.sh(cmd + ' 2>&1', node, check=False)}" for cmd in on_node]
+    address = pool.desc.nodes[node].addresses["management"]
+    for query in (f'up{{instance=~"{address}:.*"}}',
+                  f'node_textfile_scrape_error{{instance=~"{address}:.*"}}'):
+        lines.append(f"## prometheus: {query}\n{json.dumps(promql(pool, query))}")
+    return "\n".join(lines)
 
 
 def test_an_idle_job_is_warned_then_cancelled_and_recorded(pool: slurm_cluster.SlurmLab
