@@ -50,14 +50,10 @@ def main(argv: list[str]) -> int:
         return runner.EXIT[COULD_NOT_RUN]
     try:
         expect = burst_expect(json.loads(facts_path.read_text()), node)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        expect_file = out_dir / f"{node}.expect.json"
-        expect_file.write_text(expect.to_json() + "\n")
+        report = runner.gate_here(expect, TIER, out_dir)
     except (OSError, ValueError, FactsError) as exc:  # JSONDecodeError is a ValueError
         print(f"gpupool gate could not run: {exc}"[:REASON_MAX])
         return runner.EXIT[COULD_NOT_RUN]
-    report = runner.gate_node(None, runner.local_target(node), TIER, out_dir,
-                              expect_file=expect_file)
     if report["verdict"] != runner.PASS:
         print(reason(report))
     return runner.EXIT[report["verdict"]]

@@ -39,6 +39,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="run only these suites (system, software, gpu, storage, network, ...)")
     g.addoption("--gate-exclude", action="append", default=[],
                 help="leave out checks whose id starts with this (recorded in the report)")
+    g.addoption("--gate-probes", help="the peers' probe output as JSON, peer -> output "
+                                      "(gpupool/gate/probes.py), for a gate run on the node")
     g.addoption("--gate-lock", action="append", default=[],
                 help="COMPONENT=VERSION expected instead of the description's lock")
 

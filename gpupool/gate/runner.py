@@ -1,7 +1,8 @@
 """Run the gate's suites against nodes in parallel, one pytest process per node.
 
 A node is reached through testinfra: `ansible://NODE` with an inventory (SSH, as Ansible
-does) or `local://` on the node itself (how the GPU tier runs on a GPU host).
+does) or `local://` on the node itself (how the GPU tier runs on a GPU host, and how a node
+gates itself: gate_here).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpupool.gate.expect import NodeExpect
 from gpupool.gate.plugin import COULD_NOT_RUN, FAIL, PASS
 from gpupool.paths import ANSIBLE_CONFIG
 
@@ -57,16 +59,18 @@ def suite_env() -> dict[str, str]:
                     f"{os.environ.get('PATH', os.defpath)}"}
 
 
-def _could_not_run(node: str, tier: str, why: str) -> dict[str, Any]:
+def could_not_run(node: str, tier: str, why: str) -> dict[str, Any]:
     return {"node": node, "tier": tier, "verdict": COULD_NOT_RUN, "failed": [],
             "action": None, "counts": {}, "checks": [], "duration_s": 0.0, "error": why}
 
 
 def gate_node(description: Path | None, target: Target, tier: str, out_dir: Path, *,
               suites: tuple[str, ...] = (), exclude: tuple[str, ...] = (),
-              locks: tuple[str, ...] = (), expect_file: Path | None = None) -> dict[str, Any]:
+              locks: tuple[str, ...] = (), expect_file: Path | None = None,
+              probes_file: Path | None = None) -> dict[str, Any]:
     """One node's report. The suites derive what the node must look like from the
-    description, or take it ready-made from expect_file (a burst node's, gate/boot.py)."""
+    description, or take it ready-made from expect_file (a burst node's, gate/boot.py);
+    probes_file holds the peers' probe output where the suites cannot reach the peers."""
     report_path = out_dir / f"{target.node}.json"
     report_path.unlink(missing_ok=True)
     source = f"--gate-expect={expect_file}" if expect_file else f"--gate-file={description}"
@@ -77,19 +81,37 @@ def gate_node(description: Path | None, target: Target, tier: str, out_dir: Path
         "-q", "-rN", "-p", "no:cacheprovider", f"--rootdir={SUITES}", "-o", "addopts=",
         "-c", str(SUITES / "pytest.ini"), *(f"--gate-suite={s}" for s in suites),
         *(f"--gate-exclude={e}" for e in exclude), *(f"--gate-lock={lk}" for lk in locks),
+        *([f"--gate-probes={probes_file}"] if probes_file else []),
     ]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, env=suite_env(),
                               timeout=TIER_TIMEOUT_S[tier], check=False)
     except subprocess.TimeoutExpired:
-        return _could_not_run(target.node, tier, f"timed out after {TIER_TIMEOUT_S[tier]} s")
+        return could_not_run(target.node, tier, f"timed out after {TIER_TIMEOUT_S[tier]} s")
     if not report_path.exists():
-        return _could_not_run(target.node, tier, (proc.stdout + proc.stderr)[-1500:])
+        return could_not_run(target.node, tier, (proc.stdout + proc.stderr)[-1500:])
     report: dict[str, Any] = json.loads(report_path.read_text())
     if report["verdict"] == COULD_NOT_RUN:
         report["error"] = (proc.stdout + proc.stderr)[-1500:]
     report_path.write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+def gate_here(expect: NodeExpect, tier: str, out_dir: Path,
+              probed: dict[str, str] | None = None) -> dict[str, Any]:
+    """Gate this machine as expect.node against a ready-made expectation, with the peers'
+    probe output where it was collected (peer -> output, gpupool/gate/probes.py). Both are
+    kept beside the report (out_dir/NODE.expect.json, NODE.probes.json), so the report can
+    be read against what was asked and seen."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    expect_file = out_dir / f"{expect.node}.expect.json"
+    expect_file.write_text(expect.to_json() + "\n")
+    probes_file = out_dir / f"{expect.node}.probes.json"
+    probes_file.unlink(missing_ok=True)
+    if probed is not None:
+        probes_file.write_text(json.dumps(probed, sort_keys=True) + "\n")
+    return gate_node(None, local_target(expect.node), tier, out_dir, expect_file=expect_file,
+                     probes_file=probes_file if probed is not None else None)
 
 
 def gate(description: Path, targets: list[Target], tier: str, out_dir: Path, *,

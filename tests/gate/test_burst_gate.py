@@ -70,8 +70,12 @@ def test_facts_that_are_not_the_user_datas_are_refused(key: str, value: object) 
 
 
 def test_the_gate_dir_is_the_roles() -> None:
+    """One place on the node: where role acceptance_gate unpacks the gate, where the burst
+    boot and role admission run it from."""
     defaults = yaml.safe_load((ROOT / "roles/acceptance_gate/defaults/main.yml").read_text())
+    admission = yaml.safe_load((ROOT / "roles/admission/defaults/main.yml").read_text())
     assert defaults["acceptance_gate_dir"] + "/lib" == cloud.GATE_LIB
+    assert admission["admission_gate_dir"] == defaults["acceptance_gate_dir"]
 
 
 def _boot(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:

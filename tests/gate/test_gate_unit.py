@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpupool.gate import runner
+from gpupool.gate import probes, runner
 from gpupool.gate.actions import Action, worst, xid_action
 from gpupool.gate.expect import node_expect
 from gpupool.gate.nvidia import (
@@ -215,6 +215,24 @@ def test_printed_expectations_carry_the_lock_and_refuse_a_bad_one() -> None:
     assert software["dcgm"] == loader.load_stack("lab", ROOT).software.dcgm
     bad = printed("--lock", "nvidia_driver")
     assert bad.returncode == 2 and "expected COMPONENT=VERSION" in bad.stderr, bad.stderr
+
+
+def test_printed_probes_are_the_suites_and_only_where_the_tier_reads_them() -> None:
+    """--print-probes gives role admission the commands the network suite would run on each
+    peer (gpupool/gate/probes.py), and none at a tier whose checks read no probe."""
+    def printed(tier: str) -> dict[str, dict[str, str]]:
+        proc = subprocess.run([*GPUPOOL, "gate", "lab-gpu1", "lab-gpu2", "--stack", "lab",
+                               "--print-probes", f"--tier={tier}"], capture_output=True,
+                              text=True, timeout=60, check=False, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+    desc = loader.load_stack("lab", ROOT)
+    assert printed("quick") == {"lab-gpu1": {}, "lab-gpu2": {}}
+    for tier in ("standard", "burn-in"):
+        got = printed(tier)
+        assert got == {n: probes.commands(node_expect(desc, n)) for n in ("lab-gpu1", "lab-gpu2")}
+        assert all(got[n] for n in got)
+        assert all(peer != n for n in got for peer in got[n])  # never from the node itself
 
 
 def test_a_misspelt_suite_is_refused_not_an_empty_pass(tmp_path: Path) -> None:

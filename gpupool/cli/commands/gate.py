@@ -13,7 +13,7 @@ from rich.table import Table
 
 from gpupool.cli.output import EXIT_USAGE, cell, emit_json, err, out, project_cache
 from gpupool.cli.registry import command
-from gpupool.gate import runner
+from gpupool.gate import probes, runner
 from gpupool.gate.expect import node_expect, with_locks
 from gpupool.gate.plugin import TIERS
 from gpupool.spec.model import Description, Software
@@ -43,6 +43,10 @@ def _setup(p: argparse.ArgumentParser) -> None:
                    help="print what each node is checked against, as JSON (node -> "
                         "expectation), and gate nothing: the health loop's input "
                         "(roles/acceptance_gate)")
+    p.add_argument("--print-probes", action="store_true",
+                   help="print, as JSON (node -> peer -> command), the firewall probes to run "
+                        "on each node's peers for --tier (none below standard), and gate "
+                        "nothing: role admission runs them for a gate on the node")
     p.add_argument("--lock", action="append", default=[], metavar="COMPONENT=VERSION",
                    help="expect this version of a locked component instead of the "
                         "description's (repeatable; a rollback gates nodes on the previous "
@@ -96,6 +100,16 @@ def _inventory(args: argparse.Namespace, desc: Description) -> Path | None:
     return path if path.exists() else None
 
 
+def _derived(args: argparse.Namespace, desc: Description, nodes: list[str],
+             locks: tuple[str, ...]) -> dict[str, Any]:
+    """What --print-expect or --print-probes prints, node by node: what a gate on the node
+    itself needs from the description (roles acceptance_gate and admission)."""
+    if args.print_expect:
+        return {n: dataclasses.asdict(with_locks(node_expect(desc, n), locks)) for n in nodes}
+    probed = TIERS.index(args.tier) >= TIERS.index(probes.TIER)
+    return {n: probes.commands(node_expect(desc, n)) if probed else {} for n in nodes}
+
+
 @command("gate", "run the acceptance gate on nodes and decide pass / fail", _setup)
 def cmd_gate(args: argparse.Namespace, desc: Description) -> int:
     args.out = args.out or project_cache(args, OUT)
@@ -108,8 +122,8 @@ def cmd_gate(args: argparse.Namespace, desc: Description) -> int:
     if isinstance(locks, str):
         err.print(cell(locks))
         return EXIT_USAGE
-    if args.print_expect:
-        emit_json({n: dataclasses.asdict(with_locks(node_expect(desc, n), locks)) for n in nodes})
+    if args.print_expect or args.print_probes:
+        emit_json(_derived(args, desc, nodes, locks))
         return 0
     # The file the description was read from: the gate on each node reads it again.
     description = desc.source or Path(args.file)

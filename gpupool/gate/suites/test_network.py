@@ -10,47 +10,44 @@ a listener: an open-but-refused port still reaches the host's stack.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import testinfra
 
+from gpupool.gate import probes
 from gpupool.gate.actions import Action
 from gpupool.gate.expect import NodeExpect
 from gpupool.gate.plugin import Measure
-
-PROBE_TIMEOUT_S = 2
-# bash's /dev/tcp: exit 0 connected, 1 refused (reachable), 124 timed out (filtered).
-PROBE_SCRIPT = """for spec in {specs}; do
-  ( ip=${{spec%:*}}; port=${{spec#*:}}
-    timeout {timeout} bash -c "exec 3<>/dev/tcp/$ip/$port" 2>/dev/null; echo "$spec $?" ) &
-done; wait"""
 
 
 def _peer_host(request: pytest.FixtureRequest, peer: str):  # type: ignore[no-untyped-def]
     """The peer, reached the way the node under test is (the same inventory)."""
     spec = request.config.getoption("--hosts")
     if not spec.startswith("ansible://"):
-        pytest.skip("peers are reached through an inventory (ansible://NODE?...)")
+        pytest.skip("peers are reached through an inventory (ansible://NODE?...), or "
+                    "their probes' output is given (--gate-probes)")
     node = request.config.getoption("--gate-node")
     return testinfra.get_host(spec.replace(f"ansible://{node}?", f"ansible://{peer}?", 1))
 
 
 @pytest.fixture(scope="module")
 def probe_results(request: pytest.FixtureRequest, expect: NodeExpect) -> dict[str, str]:
-    """(peer, address:port) -> open | refused | filtered."""
+    """(peer, address:port) -> open | refused | filtered: probed here from each peer, or
+    read from the peers' output that role admission collected (--gate-probes)."""
     if not expect.probes:
         pytest.skip("no peers share a segment with this node")
-    state = {"0": "open", "1": "refused", "124": "filtered"}
-    results: dict[str, str] = {}
-    for peer in sorted({p.peer for p in expect.probes}):
-        specs = sorted({f"{p.address}:{p.port}" for p in expect.probes if p.peer == peer})
-        out = _peer_host(request, peer).run(
-            PROBE_SCRIPT.format(specs=" ".join(specs), timeout=PROBE_TIMEOUT_S))
-        for line in out.stdout.splitlines():
-            if line.strip():
-                spec, rc = line.split()
-                results[f"{peer}>{spec}"] = state.get(rc, f"rc={rc}")
-    return results
+    given = request.config.getoption("--gate-probes")
+    if given:
+        raw = json.loads(Path(given).read_text())
+        outputs = {peer: str(raw.get(peer, "")) for peer in probes.commands(expect)}
+        silent = sorted(peer for peer, out in outputs.items() if not probes.results(peer, out))
+        if silent:  # as a peer the suite cannot reach: the checks error, they do not pass
+            raise RuntimeError(f"no probe output from {', '.join(silent)}")
+    else:
+        outputs = {peer: _peer_host(request, peer).run(command).stdout
+                   for peer, command in probes.commands(expect).items()}
+    return {k: v for peer, out in outputs.items() for k, v in probes.results(peer, out).items()}
 
 
 def test_interface_mtu(host, expect: NodeExpect, measure: Measure) -> None:  # type: ignore[no-untyped-def]
@@ -60,7 +57,7 @@ def test_interface_mtu(host, expect: NodeExpect, measure: Measure) -> None:  # t
     measure(got, expect.mtu, got == expect.mtu, action=Action.RECONFIGURE.value)
 
 
-@pytest.mark.tier("standard")
+@pytest.mark.tier(probes.TIER)
 @pytest.mark.action(Action.RECONFIGURE)
 def test_declared_flows_open(expect: NodeExpect, probe_results: dict[str, str],
                              measure: Measure) -> None:
@@ -69,7 +66,7 @@ def test_declared_flows_open(expect: NodeExpect, probe_results: dict[str, str],
     measure(blocked, [], not blocked, f"declared flows blocked: {blocked}")
 
 
-@pytest.mark.tier("standard")
+@pytest.mark.tier(probes.TIER)
 @pytest.mark.action(Action.RECONFIGURE)
 def test_undeclared_flows_closed(expect: NodeExpect, probe_results: dict[str, str],
                                  measure: Measure) -> None:
