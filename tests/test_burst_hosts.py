@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpupool.lab import burst_hosts, fixture_imds, localaws
 from gpupool.onhost import burst, spot_watch
@@ -138,13 +139,18 @@ def test_the_labs_hybrid_link_exempts_exactly_cloud_to_onprem_from_masquerade() 
 
 def test_a_burst_host_gets_the_fixture_devices_gres_conf_names_for_it() -> None:
     """slurmd refuses to start where a file gres.conf names is missing: each cloud node's
-    host gets as many fixture devices as its instance type has GPUs, as the slurm role makes
-    them on-prem; a name that is no node gets none."""
+    host gets as many fixture devices as its instance type has GPUs, in the file the slurm
+    role writes on-prem (slurm.fixture_gpus_conf, at the role's path); a name that is no
+    node gets none."""
     [line] = slurm.gres_conf(DESC)
     for node in (n for n in slurm.nodes(DESC) if n.cloud):
-        rows = burst_hosts.fixture_gpus(DESC, node.name).splitlines()
-        assert rows[0].startswith("# FIXTURE")
-        assert [r.split()[1] for r in rows[1:]] == [f"/dev/nvidia{i}" for i in range(node.gpus)]
-        assert all(r.split()[-1] == f"195:{i}" for i, r in enumerate(rows[1:]))
+        rows = [r for r in slurm.fixture_gpus_conf(DESC, node.name).splitlines()
+                if not r.startswith("#")]
+        assert [r.split()[1] for r in rows] == [f"/dev/nvidia{i}" for i in range(node.gpus)]
+        assert all(r.split()[-1] == f"195:{i}" for i, r in enumerate(rows))
         assert f"File=/dev/nvidia[0-{node.gpus - 1}]" in line
-    assert burst_hosts.fixture_gpus(DESC, "no-such-node").splitlines()[1:] == []
+    assert all(r.startswith("#") for r in
+               slurm.fixture_gpus_conf(DESC, "no-such-node").splitlines())
+    role_vars = yaml.safe_load((ROOT / "roles/slurm/vars/Debian.yml").read_text())
+    role_path = f"{role_vars['slurm_tmpfiles_dir']}/gpupool-fixture-gpus.conf"
+    assert role_path == burst_hosts.FIXTURE_GPUS

@@ -129,8 +129,18 @@ def test_slurm_gres_conf_lab_fixture_devices(mixed: Any) -> None:
         "NodeName=lab-gpu[1-3] Name=gpu Type=2g.20gb File=/dev/nvidia-caps/nvidia-cap[4-7]",
         "NodeName=lab-gpu[1-3] Name=gpu Type=3g.40gb File=/dev/nvidia-caps/nvidia-cap[8-11]",
         "NodeName=l4-burst-[0-1] Name=gpu Type=l4 File=/dev/nvidia[0-3]"]
-    devices = slurm.plan(mixed)["fixture_mig_devices"]
+    devices = slurm.fixture_mig_devices(mixed)
     assert devices["lab-gpu1"] == ["1g.10gb"] * 4 + ["2g.20gb"] * 4 + ["3g.40gb"] * 4
+    # The file the slurm role writes: the GPUs' devices, then MIG devices 0-11 in their
+    # folder, as gres.conf names them.
+    rows = [r.split() for r in slurm.plan(mixed)["fixture_devices"]["lab-gpu1"].splitlines()
+            if not r.startswith("#")]
+    caps = rows.index(["d", "/dev/nvidia-caps", "0755", "root", "root", "-"])
+    assert all(r[1].startswith("/dev/nvidia") and r[-1].startswith("195:") for r in rows[:caps])
+    assert [r[1] for r in rows[caps + 1:]] == [f"/dev/nvidia-caps/nvidia-cap{i}"
+                                               for i in range(12)]
+    assert [r[-1] for r in rows[caps + 1:]] == [f"{slurm.MIG_FIXTURE_MAJOR}:{i}"
+                                                for i in range(12)]
 
 
 def test_slurm_gres_conf_production_autodetects_mig() -> None:

@@ -202,11 +202,11 @@ def test_plan_and_files(desc):
     assert files["slurm.conf"].splitlines()[1:] == plan["slurm_conf"]
     expected = ({n.name: n.gpus for n in slurm.nodes(desc)}
                 if desc.pool.environment == "lab" else {})
-    assert plan["fixture_gpu_devices"] == expected
+    assert slurm.fixture_gpu_devices(desc) == expected
+    assert set(plan["fixture_devices"]) == set(expected)
     # On-prem nodes have the class's GPUs; cloud nodes (the lab's burst hosts) are counted.
     assert all(expected[n] == desc.node_classes[desc.nodes[n].class_].gpu.count
                for n in gpu_nodes(desc) if expected)
-    assert plan["fixture_gpu_major"] == slurm.GPU_FIXTURE_MAJOR
 
 
 def test_cli_render(tmp_path, capsys):
@@ -239,20 +239,17 @@ def test_sched_interval_is_read_from_the_rendered_tuning() -> None:
         slurm.SCHED_INTERVAL_DEFAULT_S
 
 
-def test_the_role_writes_the_fixture_gpus_the_lab_burst_hosts_get():
-    """The slurm role's tmpfiles template (on-prem lab hosts) and fixture_gpus_conf (the
-    lab's burst hosts) write the same devices from the same plan: one major, one naming."""
-    import jinja2  # noqa: PLC0415
-
+def test_the_fixture_devices_file_is_the_one_gres_conf_reads() -> None:
+    """Each lab node's fixture devices file (the role writes it on-prem, the lab writes it
+    into burst hosts): a device per GPU, or per MIG instance on a MIG class, numbered and
+    named as gres.conf lists them, with the NVIDIA major for GPUs."""
     desc = loader.load_stack("lab")
     plan = slurm.plan(desc)
-    template = jinja2.Environment(  # as Ansible's template module: trim_blocks  # noqa: S701
-        trim_blocks=True, undefined=jinja2.StrictUndefined).from_string(
-        (ROOT / "roles/slurm/templates/fixture-gpus.conf.j2").read_text())
-    for node in gpu_nodes(desc):
-        text = template.render(ansible_managed="managed", inventory_hostname=node,
-                               slurm_fixture_gpu_devices=plan["fixture_gpu_devices"],
-                               slurm_policy=plan)
-        devices = [line + "\n" for line in text.splitlines() if line.startswith("c /dev/nvidia")
-                   and "nvidia-caps" not in line]
-        assert "".join(devices) == slurm.fixture_gpus_conf(desc, node) != ""
+    assert set(plan["fixture_devices"]) == {n.name for n in slurm.nodes(desc)}
+    for n in slurm.nodes(desc):
+        text = plan["fixture_devices"][n.name]
+        assert text == slurm.fixture_gpus_conf(desc, n.name)
+        rows = [r.split() for r in text.splitlines() if not r.startswith("#")]
+        assert [r[1] for r in rows] == [slurm.GPU_DEVICE.format(i) for i in range(n.gpus)]
+        assert [r[-1] for r in rows] == [f"{slurm.GPU_FIXTURE_MAJOR}:{i}" for i in range(n.gpus)]
+    assert slurm.plan(loader.load_stack("example"))["fixture_devices"] == {}

@@ -232,7 +232,7 @@ def _boot(desc: Description, ec2: Any, instance: dict[str, Any], *, image: str,
         f"{burst_image.SEED_DIR}/user-data": _user_data(ec2, desc, instance),
         burst_image.IMDS_STATE: json.dumps({"meta-data": metadata(instance, region)}),
         burst_image.ENDPOINT_FILE: endpoint,
-        FIXTURE_GPUS: fixture_gpus(desc, node),
+        FIXTURE_GPUS: slurm.fixture_gpus_conf(desc, node),
     }
     with tempfile.TemporaryDirectory() as tmp:
         for i, (path, text) in enumerate(seed.items()):
@@ -240,15 +240,6 @@ def _boot(desc: Description, ec2: Any, instance: dict[str, Any], *, image: str,
             local.write_text(text)
             hosts.podman("cp", str(local), f"{name}:{path}")
     hosts.podman("start", name)
-
-
-def fixture_gpus(desc: Description, node: str) -> str:
-    """FIXTURE (lab only): character devices with NVIDIA's major number standing in for the
-    cloud node's GPUs, where gres.conf names them, as the slurm role makes them on the lab's
-    on-prem hosts (slurm.fixture_gpus_conf); systemd makes them at the host's boot, before
-    slurmd counts them. Nothing here behaves like a GPU."""
-    return ("# FIXTURE (lab only): not GPUs; devices slurmd can count.\n"
-            + slurm.fixture_gpus_conf(desc, node))
 
 
 def sync(desc: Description, ec2: Any, image: str, endpoint: str,

@@ -492,13 +492,6 @@ def fixture_gpu_devices(desc: Description) -> dict[str, int]:
     return {n.name: n.gpus for n in nodes(desc)}
 
 
-def fixture_gpus_conf(desc: Description, node: str) -> str:
-    """Lab only: the systemd-tmpfiles lines of a node's fixture GPU devices, device i as
-    gres.conf names it (the slurm role's templates/fixture-gpus.conf.j2 writes the same)."""
-    return "".join(f"c {GPU_DEVICE.format(i)} 0666 root root - {GPU_FIXTURE_MAJOR}:{i}\n"
-                   for i in range(fixture_gpu_devices(desc).get(node, 0)))
-
-
 def fixture_mig_devices(desc: Description) -> dict[str, list[str]]:
     """Lab only: per MIG node, the profile of each fixture MIG device, in device order
     (device i is MIG_FIXTURE_DEVICE.format(i), Slurm's GRES index i on that node)."""
@@ -506,6 +499,24 @@ def fixture_mig_devices(desc: Description) -> dict[str, list[str]]:
         return {}
     return {n.name: [p for p, count in n.mig for _ in range(count)]
             for n in nodes(desc) if n.mig and not n.cloud}
+
+
+def fixture_gpus_conf(desc: Description, node: str) -> str:
+    """Lab only: a node's systemd-tmpfiles file of fixture devices, device i where gres.conf
+    names it: written by the slurm role on the on-prem hosts (the plan's fixture_devices)
+    and into the lab's burst hosts, so both have one major and one naming."""
+    gpus = fixture_gpu_devices(desc).get(node, 0)
+    mig = fixture_mig_devices(desc).get(node, [])
+    lines = ["# FIXTURE (lab only): character devices standing in for GPUs, so slurmd",
+             "# can count and hand them out (gpupool/render/slurm.py). Nothing here",
+             "# behaves like a GPU.",
+             *(f"c {GPU_DEVICE.format(i)} 0666 root root - {GPU_FIXTURE_MAJOR}:{i}"
+               for i in range(gpus))]
+    if mig:
+        lines += [f"d {MIG_FIXTURE_DEVICE.rsplit('/', 1)[0]} 0755 root root -",
+                  *(f"c {MIG_FIXTURE_DEVICE.format(i)} 0666 root root - {MIG_FIXTURE_MAJOR}:{i}"
+                    for i in range(len(mig)))]
+    return "\n".join(lines) + "\n"
 
 
 def state_dir(desc: Description) -> str | None:
@@ -537,10 +548,8 @@ def plan(desc: Description) -> dict[str, Any]:
         "cgroup_conf": cgroup_conf(desc),
         "accounting": accounting(desc),
         "burst": burst_config(desc),
-        "fixture_gpu_devices": fixture_gpu_devices(desc),
-        "fixture_mig_devices": fixture_mig_devices(desc),
-        "fixture_gpu_major": GPU_FIXTURE_MAJOR,
-        "fixture_mig_major": MIG_FIXTURE_MAJOR,
+        # Lab only: each node's fixture devices file, as the role writes it.
+        "fixture_devices": {n: fixture_gpus_conf(desc, n) for n in fixture_gpu_devices(desc)},
     }
 
 
