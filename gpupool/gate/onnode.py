@@ -32,7 +32,7 @@ from gpupool.gate.expect import NodeExpect
 from gpupool.gate.plugin import COULD_NOT_RUN, TIERS
 from gpupool.spec.model import NAME_RE
 
-USAGE = "usage: python -m gpupool.gate.onnode NODE TIER REPORT_DIR < EXPECT.json"
+USAGE = "usage: python -m gpupool.gate.onnode NODE TIER REPORT_DIR < INPUT.json"
 MAX_INPUT = 1 << 20  # bytes read from stdin: a node's input is a few kilobytes
 PLAIN_DIR = re.compile(r"(/[A-Za-z0-9_][A-Za-z0-9_.-]*)+")
 

@@ -54,8 +54,14 @@ def pytest_configure(config: pytest.Config) -> None:
                     else "local" for h in (config.getoption("--hosts") or "").split(",") if h]
 
 
+def runs_at(check_tier: str, tier: str) -> bool:
+    """Whether a check marked check_tier runs in a gate of tier: every tier runs its own
+    checks and those of the tiers below it."""
+    return TIERS.index(check_tier) <= TIERS.index(tier)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    level = TIERS.index(config.getoption("--gate-tier"))
+    level = config.getoption("--gate-tier")
     suites = set(config.getoption("--gate-suite"))
     excluded = tuple(config.getoption("--gate-exclude"))
     keep, drop = [], []
@@ -63,7 +69,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         mark = item.get_closest_marker("tier")
         tier = mark.args[0] if mark else "quick"
         suite, name = _check_id(item.nodeid)
-        wanted = (TIERS.index(tier) <= level and (not suites or suite in suites)
+        wanted = (runs_at(tier, level) and (not suites or suite in suites)
                   and not (excluded and f"{suite}.{name}".startswith(excluded)))
         (keep if wanted else drop).append(item)
     if drop:

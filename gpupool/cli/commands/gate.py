@@ -15,7 +15,7 @@ from gpupool.cli.output import EXIT_USAGE, cell, emit_json, err, out, project_ca
 from gpupool.cli.registry import command
 from gpupool.gate import probes, runner
 from gpupool.gate.expect import node_expect, with_locks
-from gpupool.gate.plugin import TIERS
+from gpupool.gate.plugin import TIERS, runs_at
 from gpupool.spec.model import Description, Software
 
 OUT = "gate"  # in the project's .cache unless --out says where
@@ -106,7 +106,7 @@ def _derived(args: argparse.Namespace, desc: Description, nodes: list[str],
     itself needs from the description (roles acceptance_gate and admission)."""
     if args.print_expect:
         return {n: dataclasses.asdict(with_locks(node_expect(desc, n), locks)) for n in nodes}
-    probed = TIERS.index(args.tier) >= TIERS.index(probes.TIER)
+    probed = runs_at(probes.TIER, args.tier)
     return {n: probes.commands(node_expect(desc, n)) if probed else {} for n in nodes}
 
 
