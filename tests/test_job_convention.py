@@ -63,15 +63,17 @@ def test_a_step_ended_before_its_trap_is_handed_back_only_when_preempted(
 def test_the_steps_trap_lets_the_work_stop_then_hands_a_preempted_job_back_once(
         tmp_path: Path, preempt: str, requeued: list[str]) -> None:
     env = {**_tools(tmp_path), "PREEMPT_TIME": preempt}
-    stopped = tmp_path / "stopped"
-    work = f"trap \"touch {stopped}; exit 143\" TERM; while :; do sleep 0.05; done"
+    stopped, trapping = tmp_path / "stopped", tmp_path / "trapping"
+    # The work says when its trap is set: a process that merely exists may not have read
+    # its first line yet, and a signal then ends it by default (the lab's proofs wait for
+    # the same word from their steps).
+    work = (f"trap \"touch {stopped}; exit 143\" TERM; touch {trapping}; "
+            "while :; do sleep 0.05; done")
     (tmp_path / "work.sh").write_text(work)
     script = "#!/bin/bash\n" + convention_step(f"bash {tmp_path}/work.sh")
     job = subprocess.Popen(["bash", "-c", script], env=env, start_new_session=True)
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and b"work.sh" not in subprocess.run(
-            ["pgrep", "-s", str(job.pid), "-a", "bash"], capture_output=True,
-            check=False).stdout:
+    while time.monotonic() < deadline and not trapping.exists():
         time.sleep(0.05)
     # Slurm signals the step's processes, not the batch shell: here every bash but the job's.
     steps = subprocess.run(["pgrep", "-s", str(job.pid)], capture_output=True, text=True,
