@@ -52,7 +52,8 @@ def checkpoint(directory: Path, age_s: float) -> None:
 
 
 def ages(tier: Path, proc: Path, listpids: str) -> dict[tuple[str, str], float]:
-    registry = ca.collect(tier, run=lambda argv: listpids, proc=proc, now=lambda: NOW)
+    registry = ca.collect(tier, run=lambda argv: ca.Listing(listpids), proc=proc,
+                          now=lambda: NOW)
     text = generate_latest(registry).decode()
     return {(s.labels["job_id"], s.labels["team"]): s.value
             for f in text_string_to_metric_families(text) for s in f.samples
@@ -138,7 +139,7 @@ def test_a_job_gone_while_looked_at_is_left_out(proc: Path, tier: Path) -> None:
 
 
 def test_slurmd_silent_serves_no_job_and_up_0(proc: Path, tier: Path) -> None:
-    def fail(argv: list[str]) -> str:
+    def fail(argv: list[str]) -> ca.Listing:
         raise ca.SlurmdUnavailable("scontrol: timed out")
 
     text = generate_latest(ca.collect(tier, run=fail, proc=proc)).decode()
@@ -148,24 +149,74 @@ def test_slurmd_silent_serves_no_job_and_up_0(proc: Path, tier: Path) -> None:
 
 def test_main_writes_the_textfile_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                              ) -> None:
-    monkeypatch.setattr(ca, "run_command", lambda argv: HEADER)
+    monkeypatch.setattr(ca, "run_command", lambda argv: ca.Listing(HEADER))
     out = tmp_path / "gpupool_checkpoint_age.prom"
     assert ca.main(["--tier", str(tmp_path), "--output", str(out)]) == 0
     assert "gpupool_checkpoint_age_up 1.0" in out.read_text()
     assert ca.main(["--tier", str(tmp_path), "--output", str(tmp_path / "no" / "x.prom")]) == 1
 
 
+def scontrol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stdout: str, stderr: str,
+             code: int = 1) -> None:
+    """A stand-in `scontrol` on PATH printing what the real one prints in that case."""
+    fake = tmp_path / "bin"
+    fake.mkdir(exist_ok=True)
+    (fake / "out").write_text(stdout)
+    (fake / "err").write_text(stderr)
+    (fake / "scontrol").write_text(f"#!/bin/sh\ncat {fake}/out\ncat {fake}/err >&2\nexit {code}\n")
+    (fake / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+
+
+def series(text: str) -> dict[str, float]:
+    return {s.name + (s.labels.get("job_id", "") and f"/{s.labels['job_id']}"): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
 def test_a_node_without_jobs_is_up_with_no_series(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                   ) -> None:
     """Slurm 22.05's scontrol exits 1 with this message when the node runs nothing."""
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "scontrol").write_text(
-        "#!/bin/sh\necho 'PID      JOBID    STEPID   LOCALID GLOBALID'\n"
-        "echo 'No job steps exist on this node.' >&2\nexit 1\n")
-    (fake / "scontrol").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    scontrol(tmp_path, monkeypatch, HEADER, "No job steps exist on this node.\n")
     text = generate_latest(ca.collect(tmp_path)).decode()
-    assert "gpupool_checkpoint_age_up 1.0" in text
-    (fake / "scontrol").write_text("#!/bin/sh\necho 'Unable to contact slurmd' >&2\nexit 1\n")
-    assert "gpupool_checkpoint_age_up 0.0" in generate_latest(ca.collect(tmp_path)).decode()
+    assert series(text) == {"gpupool_checkpoint_age_up": 1.0,
+                            "gpupool_checkpoint_age_unanswered_steps": 0.0}
+    scontrol(tmp_path, monkeypatch, "", "Unable to contact slurmd\n")
+    assert series(generate_latest(ca.collect(tmp_path)).decode()) == {
+        "gpupool_checkpoint_age_up": 0.0}
+
+
+# What CI's lab node printed (stop 48): the sockets of three steps killed earlier were
+# still in slurmd's spool directory, and the running job's batch step was listed anyway.
+STALE = "Unable to connect to slurmstepd: Connection refused\n"
+
+
+@pytest.mark.parametrize("stderr", [
+    STALE * 3,
+    STALE + "StepId=7.0 does not exist on this node.\n",  # a step ending while listed
+    "Job step 7.4294967291 does not exist on this node.\n",  # the wording before 20.11
+])
+def test_steps_that_do_not_answer_leave_the_others_measured(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, proc: Path, stderr: str) -> None:
+    """scontrol exits 1 when any step's socket refuses, after listing every other step:
+    reading that as 'slurmd is down' left the node blind to its jobs' checkpoints."""
+    tier = tmp_path / "checkpoints"
+    process(proc, 2997, {"SLURM_JOB_ACCOUNT": "vision", "SLURM_JOB_NAME": "ckpt-age"})
+    checkpoint(tier / "vision" / "ckpt-age", 3 * 3600)
+    scontrol(tmp_path, monkeypatch, HEADER + "-1       28       extern   0       0\n"
+             "2991     28       extern   -       -\n2997     28       batch    0       0\n",
+             stderr)
+    got = series(generate_latest(ca.collect(tier, proc=proc, now=lambda: NOW)).decode())
+    assert got == {"gpupool_checkpoint_age_up": 1.0,
+                   "gpupool_checkpoint_age_unanswered_steps": float(stderr.count("\n")),
+                   "gpupool_checkpoint_age_seconds/28": 3 * 3600.0}
+
+
+@pytest.mark.parametrize("stderr", [
+    "Unable to contact slurmd\n",
+    STALE + "scontrol: error: resolve_ctls_from_dns_srv: res_nsearch error\n",
+    STALE + "\x1b[2J does not exist on this node.\n" + "x" * 300 + "\n",
+    "",  # exit 1 and nothing said: not a listing to trust
+])
+def test_anything_but_per_step_complaints_is_slurmd_unavailable(stderr: str) -> None:
+    with pytest.raises(ca.SlurmdUnavailable, match="exit 1"):
+        ca.read_listing("scontrol listpids", 1, HEADER + "10 8 batch 0 0\n", stderr)

@@ -230,8 +230,9 @@ def test_every_series_the_rules_and_dashboard_read_is_served() -> None:
     served = {n for n, _, _ in samples(collector())}
     served |= {re.sub(r"_(bucket|sum|count)$", "", n) for n in served}
     # The compute nodes' checkpoint-age collector (role storage) serves the rest.
-    served |= {m.name for m in checkpoint_age.collect(Path("/nonexistent"),
-                                                       run=lambda argv: "").collect()}
+    nothing_listed = checkpoint_age.collect(Path("/nonexistent"),
+                                            run=lambda argv: checkpoint_age.Listing(""))
+    served |= {m.name for m in nothing_listed.collect()}
     # And the compute nodes' health loop (role acceptance_gate) the gpupool_health_* series.
     served |= set(health.SERIES)
     # And the controller's backup timer (role controller_backup) its own.

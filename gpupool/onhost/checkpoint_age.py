@@ -24,7 +24,13 @@ its batch step's first process: a training job that never checkpoints alerts too
 Series (labels):
 - gpupool_checkpoint_age_seconds{job_id, team}
 - gpupool_checkpoint_age_up: 0 when slurmd did not answer (the file then holds no job, so
-  nothing stale is served)
+  nothing stale is served; alert CheckpointAgeNotMeasured)
+- gpupool_checkpoint_age_unanswered_steps: steps with a socket in slurmd's spool directory
+  whose slurmstepd did not answer. A step killed outright (its node's container or cgroup
+  killed, an OOM kill of slurmstepd) leaves its socket behind; scontrol then exits 1 but
+  still lists every other step, so those jobs are measured. Slurm removes such a socket only
+  when a root scontrol outside this sandbox finds it refused and ten minutes old: the
+  collector, read-only, never does, and counts it here instead.
 
     python3 checkpoint_age.py --tier /checkpoints \
         --output /var/lib/prometheus/node-exporter/gpupool_checkpoint_age.prom
@@ -54,6 +60,12 @@ log = logging.getLogger("gpupool-checkpoint-age")
 LISTPIDS = ["scontrol", "listpids"]
 # What slurmd answers (exit 1) when the node runs no job: an empty list, not an error.
 NO_STEPS = "No job steps exist on this node"
+# What scontrol prints for one step it could not ask (Slurm's _list_pids_one_step): a socket
+# whose slurmstepd is gone ("Unable to connect to slurmstepd: Connection refused"), or a step
+# that ended between the listing and the question ("StepId=8.0 does not exist on this node.",
+# "Job step 8.0 ..." before 20.11). It goes on with the other steps and exits 1 at the end.
+STEP_UNANSWERED = re.compile(r"Unable to connect to slurmstepd\b.*|.{1,200} does not exist "
+                             r"on this node\.")
 COMMAND_TIMEOUT_S = 10.0
 MAX_ENTRIES = 10_000  # directory entries looked at per job: the cost of one run is bounded
 MAX_PIDS = 64  # processes of a job whose environment is read
@@ -64,11 +76,18 @@ JOB_ID_RE = re.compile(r"[0-9]{1,20}(_[0-9]{1,20})?")
 TEAM_RE = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")
 
-Run = Callable[[list[str]], str]
-
-
 class SlurmdUnavailable(RuntimeError):
     """scontrol listpids failed or timed out."""
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What `scontrol listpids` printed: its table, and how many steps did not answer."""
+    table: str
+    unanswered: int = 0
+
+
+Run = Callable[[list[str]], Listing]
 
 
 @dataclass(frozen=True)
@@ -77,18 +96,29 @@ class Job:
     pids: tuple[int, ...]
 
 
-def run_command(argv: list[str]) -> str:
+def run_command(argv: list[str]) -> Listing:
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
                               check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SlurmdUnavailable(f"{argv[0]}: {exc}") from exc
-    if proc.returncode != 0 and NO_STEPS in proc.stderr + proc.stdout:
-        return ""
-    if proc.returncode != 0:
-        raise SlurmdUnavailable(f"{' '.join(argv)}: exit {proc.returncode}: "
-                                f"{proc.stderr.strip()[:200]}")
-    return proc.stdout
+    return read_listing(" ".join(argv), proc.returncode, proc.stdout, proc.stderr)
+
+
+def read_listing(command: str, returncode: int, stdout: str, stderr: str) -> Listing:
+    """The table of a `scontrol listpids` run. Exit 1 with only per-step complaints on
+    stderr is a whole table for every step that answered; anything else on stderr means
+    slurmd itself could not be asked."""
+    if returncode == 0:
+        return Listing(stdout)
+    if NO_STEPS in stderr + stdout:
+        return Listing("")
+    complaints = [line.strip() for line in stderr.splitlines() if line.strip()]
+    if complaints and all(STEP_UNANSWERED.fullmatch(line) for line in complaints):
+        log.warning("%d step(s) listed by slurmd did not answer: %s", len(complaints),
+                    "; ".join(complaints)[:300])
+        return Listing(stdout, len(complaints))
+    raise SlurmdUnavailable(f"{command}: exit {returncode}: {stderr.strip()[:200]}")
 
 
 def batch_jobs(listpids: str) -> list[Job]:
@@ -198,12 +228,17 @@ def collect(tier: Path, run: Run = run_command, proc: Path = Path("/proc"),
                 "Seconds since a running batch job's newest checkpoint (or its start, when "
                 "it has none yet)", ["job_id", "team"], registry=registry)
     try:
-        jobs = batch_jobs(run(LISTPIDS))
+        listing = run(LISTPIDS)
     except SlurmdUnavailable as exc:
         log.error("%s", exc)
         up.set(0)
-        return registry
+        return registry  # no count of unanswered steps either: nothing was asked
     up.set(1)
+    Gauge("gpupool_checkpoint_age_unanswered_steps",
+          "Steps in slurmd's spool directory whose slurmstepd did not answer (a killed "
+          "step's socket, or a step ending while listed)",
+          registry=registry).set(listing.unanswered)
+    jobs = batch_jobs(listing.table)
     for job in jobs:
         env = job_environment(job.pids, proc)
         directory = checkpoint_dir(env, tier)

@@ -13,6 +13,7 @@ delivery, never a duration (the delivery time is a figure: bench/monitoring_lab.
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.parse
 from collections import Counter
@@ -315,7 +316,13 @@ def test_a_job_that_stops_checkpointing_alerts_until_it_checkpoints(
     three hours old is reported by the node running its batch script, with its team, and
     CheckpointStale fires for it in Prometheus; a fresh checkpoint brings the age down, and
     once the job ends its series is gone. The collector runs as its timer would
-    (`systemctl start` of the same oneshot) so the test waits for a scrape, not a timer."""
+    (`systemctl start` of the same oneshot) so the test waits for a scrape, not a timer.
+
+    The node also holds a step socket nothing answers, as a step killed outright leaves it
+    behind: `scontrol listpids` then exits 1 though it lists every other step. CI's lab
+    had three such sockets from earlier proofs (stop 48), and the collector, reading the
+    exit status alone, served no job at all; it must measure the job and count the
+    socket."""
     desc = pool.desc
     team, klass = next(iter(desc.teams)), next(iter(desc.task_classes))
     name = "ckpt-age"
@@ -327,11 +334,12 @@ def test_a_job_that_stops_checkpointing_alerts_until_it_checkpoints(
         'touch -d "@$(( $(date +%s) - 3 * 3600 ))" "$d/ckpt-00000001.json" "$d"\n'
         "exec sleep 600\n"))
     query = f'gpupool_checkpoint_age_seconds{{job_id="{job}"}}'
-    node = None
+    node, stray = None, None
     try:
         wait_for("the job running", lambda: pool.state(job) == "RUNNING", 60)
         node = pool.job(job)["BatchHost"]
         assert pool.sh("systemctl is-active gpupool-checkpoint-age.timer", node).strip() == "active"
+        stray = stray_step_socket(pool, node)
         # RUNNING is the scheduler's word: the batch script may not have aged its
         # checkpoint yet, and a collector run before it would report a fresh one.
         wait_for("the job's checkpoint aged on its node", lambda: len(pool.sh(
@@ -351,6 +359,10 @@ def test_a_job_that_stops_checkpointing_alerts_until_it_checkpoints(
         assert len(old) == 1
         assert old[0]["metric"]["team"] == team
         assert old[0]["metric"]["instance"].startswith(desc.nodes[node].addresses["management"])
+        measured = pool.sh(f"cat {TEXTFILE}", node)
+        assert "gpupool_checkpoint_age_up 1.0" in measured
+        unanswered = re.search(r"^gpupool_checkpoint_age_unanswered_steps (\S+)$", measured, re.M)
+        assert unanswered and float(unanswered[1]) >= 1, measured
         alert = f'ALERTS{{alertname="CheckpointStale",job_id="{job}",alertstate="firing"}}'
         wait_for("CheckpointStale firing for the job", lambda: promql(pool, alert) or None, 120)
 
@@ -362,7 +374,7 @@ def test_a_job_that_stops_checkpointing_alerts_until_it_checkpoints(
     finally:
         pool.cancel_all()
         if node is not None:
-            pool.sh(f"rm -rf {directory}", node, check=False)
+            pool.sh(f"rm -rf {directory} {stray or ''}", node, check=False)
     assert node is not None
 
     pool.sh("systemctl start gpupool-checkpoint-age.service", node)
@@ -382,14 +394,31 @@ def explained(what: str, probe: Callable[[], T | None], evidence: Callable[[], s
         raise hosts.LabError(f"{exc}\n{evidence()}") from None
 
 
+TEXTFILE = "/var/lib/prometheus/node-exporter/gpupool_checkpoint_age.prom"
+STRAY_JOB = 999_999_999  # a job id the lab never reaches
+
+
+def stray_step_socket(pool: slurm_cluster.SlurmLab, node: str) -> str:
+    """A step socket in the node's slurmd spool directory that nothing listens on (bound,
+    then its process gone: connecting to it is refused, as to a killed slurmstepd's), named
+    as slurmd names its steps' sockets. Slurm removes a refused socket only when it is ten
+    minutes old, so this one stays for the test."""
+    spool = pool.sh("scontrol show config | awk '$1 == \"SlurmdSpoolDir\" {print $3}'",
+                    node).strip()
+    assert re.fullmatch(r"(/[A-Za-z0-9_.-]+)+", spool), spool
+    path = f"{spool}/{node}_{STRAY_JOB}.0"
+    pool.sh(f"python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "
+            f"{path} && test -S {path}", node)
+    return path
+
+
 def checkpoint_age_evidence(pool: slurm_cluster.SlurmLab, node: str, directory: str) -> str:
     """Each link from the job's directory to Prometheus: the directory's times, what slurmd
     lists, the collector's last runs and file, and the node's scrape."""
-    textfile = "/var/lib/prometheus/node-exporter/gpupool_checkpoint_age.prom"
     on_node = [f"ls -la --time-style=+%s {directory}; date +%s", "scontrol listpids",
                "journalctl -u gpupool-checkpoint-age.service -n 12 --no-pager -o short-monotonic",
                "systemctl list-timers gpupool-checkpoint-age.timer --no-pager",
-               f"cat {textfile}"]
+               f"cat {TEXTFILE}"]
     lines = [f"## {node}: {cmd}\n{pool.sh(cmd + ' 2>&1', node, check=False)}" for cmd in on_node]
     address = pool.desc.nodes[node].addresses["management"]
     for query in (f'up{{instance=~"{address}:.*"}}',
