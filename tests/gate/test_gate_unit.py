@@ -233,6 +233,10 @@ def test_printed_probes_are_the_suites_and_only_where_the_tier_reads_them() -> N
         assert got == {n: probes.commands(node_expect(desc, n)) for n in ("lab-gpu1", "lab-gpu2")}
         assert all(got[n] for n in got)
         assert all(peer != n for n in got for peer in got[n])  # never from the node itself
+    both = subprocess.run([*GPUPOOL, "gate", "--stack", "lab", "--print-expect",
+                           "--print-probes"], capture_output=True, text=True, timeout=60,
+                          check=False, cwd=ROOT)
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr, both.stderr
 
 
 def test_a_misspelt_suite_is_refused_not_an_empty_pass(tmp_path: Path) -> None:

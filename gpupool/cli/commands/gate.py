@@ -39,14 +39,17 @@ def _setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exclude", action="append", default=[],
                    help="leave out checks whose id starts with this, e.g. gpu.dcgm_diag "
                         "(the report lists what was left out)")
-    p.add_argument("--print-expect", action="store_true",
-                   help="print what each node is checked against, as JSON (node -> "
-                        "expectation), and gate nothing: the health loop's input "
-                        "(roles/acceptance_gate)")
-    p.add_argument("--print-probes", action="store_true",
-                   help="print, as JSON (node -> peer -> command), the firewall probes to run "
-                        "on each node's peers for --tier (none below standard), and gate "
-                        "nothing: role admission runs them for a gate on the node")
+    # One output per run: both flags would print one of them and silently drop the other.
+    printed = p.add_mutually_exclusive_group()
+    printed.add_argument("--print-expect", action="store_true",
+                         help="print what each node is checked against, as JSON (node -> "
+                              "expectation), and gate nothing: the health loop's input "
+                              "(roles/acceptance_gate)")
+    printed.add_argument("--print-probes", action="store_true",
+                         help="print, as JSON (node -> peer -> command), the firewall probes "
+                              "to run on each node's peers for --tier (none below standard), "
+                              "and gate nothing: role admission runs them for a gate on the "
+                              "node")
     p.add_argument("--lock", action="append", default=[], metavar="COMPONENT=VERSION",
                    help="expect this version of a locked component instead of the "
                         "description's (repeatable; a rollback gates nodes on the previous "
