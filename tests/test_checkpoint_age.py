@@ -156,14 +156,14 @@ def test_main_writes_the_textfile_atomically(tmp_path: Path, monkeypatch: pytest
     assert ca.main(["--tier", str(tmp_path), "--output", str(tmp_path / "no" / "x.prom")]) == 1
 
 
-def scontrol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stdout: str, stderr: str,
-             code: int = 1) -> None:
+def scontrol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stdout: str, stderr: str
+             ) -> None:
     """A stand-in `scontrol` on PATH printing what the real one prints in that case."""
     fake = tmp_path / "bin"
     fake.mkdir(exist_ok=True)
     (fake / "out").write_text(stdout)
     (fake / "err").write_text(stderr)
-    (fake / "scontrol").write_text(f"#!/bin/sh\ncat {fake}/out\ncat {fake}/err >&2\nexit {code}\n")
+    (fake / "scontrol").write_text(f"#!/bin/sh\ncat {fake}/out\ncat {fake}/err >&2\nexit 1\n")
     (fake / "scontrol").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
 

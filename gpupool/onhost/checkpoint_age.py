@@ -29,8 +29,8 @@ Series (labels):
   whose slurmstepd did not answer. A step killed outright (its node's container or cgroup
   killed, an OOM kill of slurmstepd) leaves its socket behind; scontrol then exits 1 but
   still lists every other step, so those jobs are measured. Slurm removes such a socket only
-  when a root scontrol outside this sandbox finds it refused and ten minutes old: the
-  collector, read-only, never does, and counts it here instead.
+  when a root Slurm process (slurmd, scontrol) outside this sandbox finds it refused and
+  ten minutes old: the collector, read-only, never does, and counts it here instead.
 
     python3 checkpoint_age.py --tier /checkpoints \
         --output /var/lib/prometheus/node-exporter/gpupool_checkpoint_age.prom

@@ -18,9 +18,11 @@ import time
 import urllib.parse
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 import bench
@@ -394,7 +396,10 @@ def explained(what: str, probe: Callable[[], T | None], evidence: Callable[[], s
         raise hosts.LabError(f"{exc}\n{evidence()}") from None
 
 
-TEXTFILE = "/var/lib/prometheus/node-exporter/gpupool_checkpoint_age.prom"
+# Where role storage has the collector write: its public default, not a second copy.
+TEXTFILE = (yaml.safe_load((Path(__file__).resolve().parents[2] / "roles/storage/defaults/"
+                            "main.yml").read_text())["storage_checkpoint_age_textfile_dir"]
+            + "/gpupool_checkpoint_age.prom")
 STRAY_JOB = 999_999_999  # a job id the lab never reaches
 
 
