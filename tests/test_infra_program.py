@@ -409,6 +409,29 @@ def test_instance_profile_least_privilege_shared_and_team_groups() -> None:
     assert not any(a.endswith("*") for a in actions)
 
 
+def test_a_shared_group_reaches_only_the_checkpoints_of_teams_that_can_run_on_it() -> None:
+    """A group naming no team serves the teams whose quota or borrowing limit covers its GPU
+    model (Slurm keeps the others off it), so its nodes reach those teams' prefixes and no
+    other team's; a group no team can use reaches no checkpoints at all."""
+    raw = raw_stack("example")
+    group = "l40s-burst"
+    ckpt = "arn:aws:s3:::ckpt"
+
+    def prefixes(ops: list[dict]) -> list[str] | None:
+        desc = loader.parse(mutate(raw, ops))
+        doc = cloud.node_policy(desc, desc.burst_groups[group], "arn:aws:s3:::data", ckpt,
+                                "arn:aws:kms:us-east-1:1:key/k")
+        found = {s["Sid"]: s for s in doc["Statement"]}.get("ListCheckpoints")
+        return None if found is None else found["Condition"]["StringLike"]["s3:prefix"]
+
+    no_l40s = [{"set": "teams.speech.quota", "value": {"h100": 16}}]
+    assert prefixes(no_l40s) == ["vision/*", "nlp/*", "platform/*"]
+    nobody = [op for team in raw["teams"] for op in (
+        {"set": f"teams.{team}.quota", "value": {"h100": 8}},
+        {"set": f"teams.{team}.borrowing_limit", "value": {}})]
+    assert prefixes(nobody) is None
+
+
 def test_munge_key_secret_is_the_programs_encrypted_with_the_pool_key_and_holds_no_value(
         stack: str) -> None:
     desc = loader.load_stack(stack, ROOT)

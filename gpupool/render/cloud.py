@@ -18,6 +18,7 @@ from typing import Any
 
 from gpupool.render import flows, node_labels
 from gpupool.render.node_labels import LABEL_PREFIX
+from gpupool.render.scheduling import team_quotas
 from gpupool.spec.catalog import (
     BURST_SEGMENT,
     INSTANCE_TYPES,
@@ -25,7 +26,7 @@ from gpupool.spec.catalog import (
     SLURMCTLD_PORT,
     SRUN_PORTS,
 )
-from gpupool.spec.facts import controllers
+from gpupool.spec.facts import burst_model, controllers
 from gpupool.spec.model import (
     BUCKET_PURPOSES,
     NAME_RE,
@@ -488,8 +489,16 @@ def group_zones(group: BurstGroup) -> list[str]:
 
 
 def group_teams(desc: Description, group: BurstGroup) -> list[str]:
-    """Teams whose checkpoints a group's nodes may write."""
-    return [group.team] if group.team else list(desc.teams)
+    """Teams whose checkpoints a group's nodes may read and write: its own team; for a
+    shared group, the teams that can hold its GPU model at all (a quota or a borrowing
+    limit for it: Slurm's GrpTRES gres/gpu:<model> keeps every other team off its nodes),
+    never every team by default."""
+    if group.team:
+        return [group.team]
+    model = burst_model(group)
+    holders = {q.team for q in team_quotas(desc)
+               if q.model == model and q.nominal + q.borrowing > 0}
+    return [t for t in desc.teams if t in holders]
 
 
 def node_policy(desc: Description, group: BurstGroup, datasets_arn: str,
@@ -506,8 +515,8 @@ def node_policy(desc: Description, group: BurstGroup, datasets_arn: str,
          "Condition": {"StringEquals": {
              "kms:ViaService": via_service("s3", desc.pool.cloud_region)}}},
     ]
-    if checkpoints_arn is not None:
-        prefixes = [f"{t}/*" for t in group_teams(desc, group)]
+    prefixes = [f"{t}/*" for t in group_teams(desc, group)]
+    if checkpoints_arn is not None and prefixes:
         statements += [
             {"Sid": "ListCheckpoints", "Effect": "Allow", "Action": ["s3:ListBucket"],
              "Resource": [checkpoints_arn],
@@ -849,6 +858,37 @@ def burst_facts(desc: Description, name: str, group: BurstGroup) -> dict[str, An
                        for n, t in desc.storage_tiers.items() if t.mount is not None}}
 
 
+# The instance metadata service (IPv4, and IPv6 where an instance enables it): the node
+# role's credentials are one GET away there, and with them the munge key's secret and the
+# checkpoints the role reaches. A job is a local process of its user, so only root may
+# reach it: the user-data's table below, and the image's host firewall
+# (roles/hardening: hardening_metadata_addresses; a test keeps them equal).
+METADATA_ADDRESSES = ("169.254.169.254", "fd00:ec2::254")
+METADATA_TABLE = "gpupool_metadata"
+
+
+def metadata_root_only() -> list[str]:
+    """An nftables ruleset in a table of its own (the hardening role replaces only its
+    table): locally made packets to the metadata service leave only from root's sockets,
+    and none is forwarded there (a container or pod on a bridge is never the host's root).
+    Rejected, not dropped, so a caller fails at once instead of waiting out its timeout."""
+    families = {a: "ip6" if ":" in a else "ip" for a in METADATA_ADDRESSES}
+    return [
+        f"table inet {METADATA_TABLE}",
+        f"delete table inet {METADATA_TABLE}",
+        f"table inet {METADATA_TABLE} {{",
+        "  chain output {",
+        "    type filter hook output priority filter; policy accept;",
+        *(f"    {f} daddr {a} meta skuid != 0 reject" for a, f in families.items()),
+        "  }",
+        "  chain forward {",
+        "    type filter hook forward priority filter; policy accept;",
+        *(f"    {f} daddr {a} reject" for a, f in families.items()),
+        "  }",
+        "}",
+    ]
+
+
 def user_data(desc: Description, name: str, group: BurstGroup) -> str:
     """cloud-init that leaves the facts onboarding needs on the node (the onboarding play
     finds nodes by their burst-group tag and reads these facts) and joins the node to Slurm
@@ -857,7 +897,11 @@ def user_data(desc: Description, name: str, group: BurstGroup) -> str:
     also gives kubelet the labels and taints the node registers with (node_labels.py),
     picked by the capacity type the metadata service reports: an Auto Scaling group that
     mixes spot and on-demand decides it per instance at launch."""
+    # First of all, before anything asks the metadata service: only root reaches it. A
+    # node whose firewall cannot take the rule fails its boot (set -e) rather than run
+    # jobs beside the role's credentials.
     lines = ["#!/bin/bash", "set -euo pipefail",
+             "nft -f - <<'EOF'", *metadata_root_only(), "EOF",
              f"install -d -m 0755 {shlex.quote(FACTS_PATH.rsplit('/', 1)[0])}",
              f"cat > {shlex.quote(FACTS_PATH)} <<'EOF'",
              # One line (json.dumps escapes newlines), so it can never end the here-document.
