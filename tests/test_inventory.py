@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gpupool import cli
 from gpupool.render import ansible_yaml, inventory
@@ -148,17 +149,14 @@ def _firewall(stack: str, node: str) -> str:
     env.tests["search"] = lambda value, pattern: re.search(pattern, value) is not None
     env.filters["to_json"] = json.dumps
     env.filters["mandatory"] = lambda value, msg=None: value
+    defaults = yaml.safe_load((ROOT / "roles/hardening/defaults/main.yml").read_text())
     return env.get_template("nftables.conf.j2").render(
         ansible_managed="test", inventory_hostname=node,
-        hardening_inbound=inbound, hardening_sources=sources)
+        hardening_inbound=inbound, hardening_sources=sources,
+        hardening_metadata_addresses=defaults["hardening_metadata_addresses"])
 
 
-@pytest.mark.parametrize(("stack", "node"), [("lab", "lab-gpu1"), ("lab", "lab-ctl"),
-                                             ("example", "h100-a1"), ("example", "mgmt1"),
-                                             ("lab", BURST), ("example", BURST)])
-def test_firewall_ruleset_is_valid_nftables(stack: str, node: str, tmp_path: Path) -> None:
-    ruleset = _firewall(stack, node)
-    assert "policy drop" in ruleset and "@src_" in ruleset
+def _nft_check(ruleset: str, tmp_path: Path) -> None:
     nft = shutil.which("nft")
     if nft is None or os.geteuid() != 0:
         pytest.skip("nft -c needs the nftables package and root (scripts/bootstrap.sh)")
@@ -167,6 +165,40 @@ def test_firewall_ruleset_is_valid_nftables(stack: str, node: str, tmp_path: Pat
     proc = subprocess.run([nft, "-c", "-f", str(path)], capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize(("stack", "node"), [("lab", "lab-gpu1"), ("lab", "lab-ctl"),
+                                             ("example", "h100-a1"), ("example", "mgmt1"),
+                                             ("lab", BURST), ("example", BURST)])
+def test_firewall_ruleset_is_valid_nftables(stack: str, node: str, tmp_path: Path) -> None:
+    ruleset = _firewall(stack, node)
+    assert "policy drop" in ruleset and "@src_" in ruleset
+    _nft_check(ruleset, tmp_path)
+
+
+@pytest.mark.parametrize("stack", ["lab", "example"])
+def test_only_root_reaches_the_metadata_service_from_the_image_and_the_user_data(
+        stack: str, tmp_path: Path) -> None:
+    """The node role's credentials are one GET away at the metadata service, and a job is
+    a local process: the image's firewall (role hardening) and, before anything else, the
+    burst node's user-data reject every packet to it but root's, and forward none there.
+    Both name the same addresses; both rulesets load (nft -c)."""
+    from gpupool.render import cloud  # noqa: PLC0415
+
+    defaults = yaml.safe_load((ROOT / "roles/hardening/defaults/main.yml").read_text())
+    assert tuple(defaults["hardening_metadata_addresses"]) == cloud.METADATA_ADDRESSES
+    desc = loader.load_stack(stack, ROOT)
+    for ruleset in (_firewall(stack, BURST), "\n".join(cloud.metadata_root_only())):
+        for address in cloud.METADATA_ADDRESSES:
+            family = "ip6" if ":" in address else "ip"
+            assert f"{family} daddr {address} meta skuid != 0 reject" in ruleset
+            assert f"    {family} daddr {address} reject" in ruleset
+        _nft_check(ruleset, tmp_path)
+    for name, group in desc.burst_groups.items():
+        script = cloud.user_data(desc, name, group)
+        block = "nft -f - <<'EOF'\n" + "\n".join(cloud.metadata_root_only()) + "\nEOF\n"
+        # Before the first line that could ask the metadata service anything.
+        assert script.index(block) < script.index("169.254.169.254/latest")
 
 
 def test_srun_is_reached_on_its_port_range_where_it_runs() -> None:
@@ -221,6 +253,7 @@ def test_a_burst_node_keeps_the_management_plane_closed_to_flows_of_all(stack: s
     kubelet = admitted(flows.KUBERNETES_CONTROL_PLANE, flows.KUBELET)
     assert kubelet == (desc.kubernetes is not None)
     ruleset = _firewall(stack, BURST)
-    assert "ip daddr" not in ruleset and "policy drop" in ruleset
+    inbound = ruleset.split("chain output")[0]
+    assert "ip daddr" not in inbound and "policy drop" in inbound
     assert "tcp dport != { 22," in ruleset
     assert flows.burst_inbound(desc.model_copy(update={"burst_groups": {}})) == []

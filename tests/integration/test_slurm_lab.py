@@ -576,6 +576,27 @@ def _boot_failure(node: str, cluster: Slurm) -> str:
     return f"{cluster.sh(f'scontrol show node {node}')}\n{boot}"
 
 
+def _metadata_and_secret(node: str, user: str) -> tuple[str, str]:
+    """Whether user's process on a burst host gets a metadata token, and the munge key
+    from Secrets Manager (the CLI's own timeouts bound each; it finds credentials only at
+    the metadata service, as on EC2)."""
+    q = shlex.quote
+    group = next(iter(DESC.burst_groups.values()))
+    imds_put = ("curl -sf --max-time 5 -X PUT http://169.254.169.254/latest/api/token"
+             " -H 'X-aws-ec2-metadata-token-ttl-seconds: 60'")
+    secret = (f"aws secretsmanager get-secret-value --region {q(group.region)} --secret-id "
+              f"{q(cloud.munge_secret_name(DESC))} --query SecretBinary --output text "
+              "--cli-connect-timeout 5 --cli-read-timeout 10")
+    run = f"runuser -u {q(user)} -- env HOME=/tmp AWS_METADATA_SERVICE_NUM_ATTEMPTS=1 "
+    out = on_host(node, (
+        f"if {run}{imds_put} >/dev/null 2>&1; then echo reached; else echo refused; fi; "
+        f"if err=$({run}{secret} 2>&1 >/dev/null); then echo read; "
+        'elif echo "$err" | grep -q "Unable to locate credentials"; then '
+        "echo 'refused: no credentials'; else echo \"other: $err\" | head -c 300; fi"))
+    reached, read, *_ = [*out.strip().splitlines(), "", ""]
+    return reached, read
+
+
 def test_burst_instance_boots_into_the_pool_runs_the_job_and_is_terminated(cluster, aws_lab):
     """A job no on-prem node can take: slurmctld asks for a cloud node, the real resume
     program launches it through its group's launch template into the pool's subnet (moto;
@@ -642,6 +663,11 @@ def test_burst_instance_boots_into_the_pool_runs_the_job_and_is_terminated(clust
     assert (_tcp(address, 22), _tcp(address, flows.canary_port(DESC))) == (
         "timeout", "refused")
     assert "slurm.conf" in on_host(node, "ls /var/lib/slurm/slurmd/conf-cache")
+    # Only root reaches the metadata service, and with it the node role's credentials: a
+    # member's process (as any job's is) is refused a token, and without credentials gets
+    # no munge key from Secrets Manager; root's, as the boot's, still gets both.
+    assert _metadata_and_secret(node, "root") == ("reached", "read")
+    assert _metadata_and_secret(node, user) == ("refused", "refused: no credentials")
     # The gate's quick tier passed on the host before slurmd started (gpupool/gate/boot.py).
     report_file = f"{cloud.GATE_REPORTS}/{node}.json"
     report = json.loads(on_host(node, f"cat {report_file}"))
