@@ -7,6 +7,7 @@ gateway.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,11 +135,13 @@ class PrivateEgress(Component):
             description="AWS APIs through the interface endpoints",
             tags={**tags, "segment": "training", "peer": seg}, opts=self.child())
         for service in cloud.INTERFACE_ENDPOINT_SERVICES:
+            policy = cloud.interface_endpoint_policy(args.desc, args.region, service)
             ep = aws.ec2.VpcEndpoint(
                 f"{name}-{service}", vpc_id=args.vpc_id,
                 service_name=f"com.amazonaws.{args.region}.{service}",
                 vpc_endpoint_type="Interface", private_dns_enabled=True,
                 subnet_ids=args.subnet_ids, security_group_ids=[group.id],
+                policy=None if policy is None else json.dumps(policy),
                 tags={**tags, "Name": f"{name}-{service}"}, opts=self.child())
             self.endpoint_ids[service] = ep.id
 

@@ -120,7 +120,13 @@ class NetworkSegments(Component):
                                        service_name=f"com.amazonaws.{region}.s3",
                                        vpc_endpoint_type="Gateway",
                                        route_table_ids=[routes.id],
+                                       policy=json.dumps(cloud.s3_endpoint_policy(desc)),
                                        tags={**tags, "Name": f"{name}-s3"}, opts=self.child())
+        # The VPC's default group, which anything launched without a group would get,
+        # admits nothing and sends nothing (CIS AWS 5.4): every group gpupool uses is its own.
+        aws.ec2.DefaultSecurityGroup(f"{name}-default", vpc_id=vpc.id, ingress=[], egress=[],
+                                     tags={**tags, "Name": f"{name}-default"},
+                                     opts=self.child())
         # Nodes reach their buckets through the gateway endpoint.
         aws.vpc.SecurityGroupEgressRule(
             f"{name}-training-eg-s3", security_group_id=groups["training"].id,

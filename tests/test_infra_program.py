@@ -432,6 +432,37 @@ def test_a_shared_group_reaches_only_the_checkpoints_of_teams_that_can_run_on_it
     assert prefixes(nobody) is None
 
 
+@pytest.mark.parametrize("stack", ["lab", "example"])
+def test_the_vpc_reaches_only_the_pools_buckets_and_secret_and_its_default_group_is_empty(
+        stack: str) -> None:
+    """Endpoints carry their own policies: through the S3 gateway only the pool's buckets
+    (not a bucket a job's owner brought), through Secrets Manager's interface endpoint only
+    reads of the munge key; and each VPC's default security group is emptied of rules."""
+    desc = loader.load_stack(stack, ROOT)
+    run = declared(stack)
+    buckets = {cloud.bucket_name(desc, t) for t in cloud.bucket_tiers(desc)}
+    gateways = [r for r in of_type(run, "ec2/vpcEndpoint:VpcEndpoint")
+                if r.inputs.get("vpcEndpointType") == "Gateway"]
+    assert gateways
+    for ep in gateways:
+        (statement,) = json.loads(ep.inputs["policy"])["Statement"]
+        named = {arn.removeprefix("arn:aws:s3:::").removesuffix("/*")
+                 for arn in statement["Resource"]}
+        assert named == buckets and statement["Effect"] == "Allow"
+    secrets = [r for r in of_type(run, "ec2/vpcEndpoint:VpcEndpoint")
+               if r.inputs["serviceName"].endswith(".secretsmanager")]
+    for ep in secrets:
+        (statement,) = json.loads(ep.inputs["policy"])["Statement"]
+        assert statement["Action"] == ["secretsmanager:GetSecretValue"]
+        (arn,) = statement["Resource"]
+        assert arn.endswith(f":secret:{cloud.munge_secret_name(desc)}-??????"), arn
+    vpcs = of_type(run, "ec2/vpc:Vpc")
+    defaults = of_type(run, "ec2/defaultSecurityGroup:DefaultSecurityGroup")
+    assert len(defaults) == len(vpcs)
+    for group in defaults:
+        assert (group.inputs.get("ingresses", []), group.inputs.get("egress", [])) == ([], [])
+
+
 def test_munge_key_secret_is_the_programs_encrypted_with_the_pool_key_and_holds_no_value(
         stack: str) -> None:
     desc = loader.load_stack(stack, ROOT)

@@ -423,6 +423,31 @@ FSX_S3_ROLE = ("role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/"
                "AWSServiceRoleForFSxS3Access_*")
 
 
+def s3_endpoint_policy(desc: Description) -> dict[str, Any]:
+    """The S3 gateway endpoint's own policy: through it the VPC reaches the pool's buckets
+    and no other (a job cannot carry data off to a bucket of its own this way), whatever
+    the caller's credentials allow."""
+    arns = [f"arn:aws:s3:::{bucket_name(desc, t)}" for t in bucket_tiers(desc)]
+    return {"Version": "2012-10-17", "Statement": [
+        {"Sid": "PoolBucketsOnly", "Effect": "Allow", "Principal": "*", "Action": "s3:*",
+         "Resource": [*arns, *(f"{a}/*" for a in arns)]}]}
+
+
+def interface_endpoint_policy(desc: Description, region: str,
+                              service: str) -> dict[str, Any] | None:
+    """An interface endpoint's own policy where the pool uses one thing of the service:
+    Secrets Manager's serves reads of the munge key's secret (its replica in the region;
+    Secrets Manager ends a secret's ARN with six random characters) and nothing else.
+    None: the service's default policy."""
+    if service != "secretsmanager":
+        return None
+    return {"Version": "2012-10-17", "Statement": [
+        {"Sid": "MungeKeyOnly", "Effect": "Allow", "Principal": "*",
+         "Action": ["secretsmanager:GetSecretValue"],
+         "Resource": [f"arn:aws:secretsmanager:{region}:*:secret:"
+                      f"{munge_secret_name(desc)}-??????"]}]}
+
+
 def fsx_s3_role(account: str) -> str:
     return f"arn:aws:iam::{account}:{FSX_S3_ROLE}"
 
