@@ -220,3 +220,30 @@ def test_steps_that_do_not_answer_leave_the_others_measured(
 def test_anything_but_per_step_complaints_is_slurmd_unavailable(stderr: str) -> None:
     with pytest.raises(ca.SlurmdUnavailable, match="exit 1"):
         ca.read_listing("scontrol listpids", 1, HEADER + "10 8 batch 0 0\n", stderr)
+
+
+def test_main_never_writes_through_a_planted_link(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                  ) -> None:
+    """The collector is root: a link at the final name, or at the temporary name
+    prometheus_client used to open (`<name>.<pid>.<thread>`), pointing at a file root
+    owns, leaves that file alone (gpupool/onhost/prom_textfile.py)."""
+    monkeypatch.setattr(ca, "run_command", lambda argv: ca.Listing(HEADER))
+    textfiles = tmp_path / "node-exporter"
+    textfiles.mkdir(mode=0o755)
+    victim = tmp_path / "passwd"
+    victim.write_text("root:x:0:0::/root:/bin/sh\n")
+    out = textfiles / "gpupool_checkpoint_age.prom"
+    out.symlink_to(victim)
+    monkeypatch.setattr(ca.prom_textfile, "_temporary_name", lambda name: f"{name}.guessed")
+    (textfiles / f"{out.name}.guessed").symlink_to(victim)
+    assert ca.main(["--tier", str(tmp_path), "--output", str(out)]) == 1  # every name planted
+    monkeypatch.undo()
+    monkeypatch.setattr(ca, "run_command", lambda argv: ca.Listing(HEADER))
+    assert ca.main(["--tier", str(tmp_path), "--output", str(out)]) == 0
+    assert victim.read_text() == "root:x:0:0::/root:/bin/sh\n"
+    assert not out.is_symlink() and "gpupool_checkpoint_age_up 1.0" in out.read_text()
+    # A textfile directory others may write is refused: logged, nothing written.
+    textfiles.chmod(0o777)
+    out.unlink()
+    assert ca.main(["--tier", str(tmp_path), "--output", str(out)]) == 1
+    assert not out.exists()

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -309,3 +310,74 @@ def test_exporter_ports_are_the_ones_validation_wants_open() -> None:
         == catalog.NODE_EXPORTER_PORT
     assert DEFAULTS["dcgm_exporter_port"] == mon["monitoring_dcgm_exporter_port"] \
         == catalog.DCGM_EXPORTER_PORT
+
+
+# --- the health check's series: root writes through no planted link ---------------------
+
+def _health(tmp_path: Path, textfiles: Path) -> subprocess.CompletedProcess[str]:
+    """The rendered check, run with /bin/sh (its shebang) and a stand-in dcgmi that passes."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "dcgmi").write_text("#!/bin/sh\necho '{\"body\": {}}'\nexit 0\n")
+    (bin_dir / "dcgmi").chmod(0o755)
+    script = tmp_path / "gpupool-dcgm-health"
+    script.write_text(render_role_template(
+        "dcgm", "gpupool-dcgm-health.sh.j2", dcgm_health_result=str(tmp_path / "health.json"),
+        dcgm_health_textfile_dir=str(textfiles)))
+    return subprocess.run(["/bin/sh", str(script)], capture_output=True, text=True, timeout=60,
+                          check=False, env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+
+
+def test_health_series_never_go_through_a_planted_link(tmp_path: Path) -> None:
+    textfiles = tmp_path / "node-exporter"
+    textfiles.mkdir(mode=0o755)
+    victim = tmp_path / "passwd"
+    victim.write_text("root:x:0:0::/root:/bin/sh\n")
+    final = textfiles / "gpupool_dcgm_health.prom"
+    final.symlink_to(victim)
+    (textfiles / "gpupool_dcgm_health.prom.tmp").symlink_to(victim)  # the name it once used
+    done = _health(tmp_path, textfiles)
+    assert done.returncode == 0, done.stderr
+    assert victim.read_text() == "root:x:0:0::/root:/bin/sh\n"
+    assert not final.is_symlink() and "gpupool_dcgm_health_pass 1" in final.read_text()
+    assert json.loads((tmp_path / "health.json").read_text())["status"] == "pass"
+    assert stat.S_IMODE(final.stat().st_mode) == 0o644
+    assert sorted(p.name for p in textfiles.iterdir()) == [
+        "gpupool_dcgm_health.prom", "gpupool_dcgm_health.prom.tmp"]  # no temporary left
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o757])
+def test_health_series_refused_in_a_directory_others_may_write(tmp_path: Path, mode: int
+                                                                ) -> None:
+    textfiles = tmp_path / "node-exporter"
+    textfiles.mkdir()
+    textfiles.chmod(mode)
+    done = _health(tmp_path, textfiles)
+    assert done.returncode == 0 and "series not written" in done.stderr
+    assert list(textfiles.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown")
+def test_health_series_refused_where_a_group_but_roots_may_write(tmp_path: Path) -> None:
+    textfiles = tmp_path / "node-exporter"
+    textfiles.mkdir()
+    textfiles.chmod(0o775)
+    os.chown(textfiles, 0, 65534)  # root:prometheus 0775, as role node_exporter once made it
+    done = _health(tmp_path, textfiles)
+    assert "series not written" in done.stderr and list(textfiles.iterdir()) == []
+    os.chown(textfiles, 65534, 0)
+    textfiles.chmod(0o755)
+    assert "series not written" in _health(tmp_path, textfiles).stderr
+    os.chown(textfiles, 0, 0)
+    textfiles.chmod(0o775)  # root's own group may write
+    assert _health(tmp_path, textfiles).stderr == ""
+    assert (textfiles / "gpupool_dcgm_health.prom").is_file()
+
+
+def test_health_series_refused_in_a_linked_directory(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir(mode=0o755)
+    link = tmp_path / "node-exporter"
+    link.symlink_to(real)
+    done = _health(tmp_path, link)
+    assert "symbolic link" in done.stderr and list(real.iterdir()) == []

@@ -285,3 +285,26 @@ def test_damaged_state_is_read_as_far_as_it_is_sound(tmp_path: Path, text: str) 
     slurm = FixtureSlurm("mixed", jobs=("5",))
     entry = run(cfg, slurm, verdict(("gpu.ecc",), "reset"))
     assert slurm.state == "draining" and "waiting for jobs 5" in entry["did"]
+
+
+def test_the_series_never_go_through_a_planted_link(tmp_path: Path) -> None:
+    """The loop is root: links at the final name and at the name it used to write first
+    (`gpupool_health.tmp`) pointing at a file root owns leave that file alone, and a
+    textfile directory others may write gets no series (gpupool/onhost/prom_textfile.py)."""
+    textfiles = tmp_path / "node-exporter"
+    textfiles.mkdir(mode=0o755)
+    victim = tmp_path / "passwd"
+    victim.write_text("root:x:0:0::/root:/bin/sh\n")
+    (textfiles / "gpupool_health.prom").symlink_to(victim)
+    (textfiles / "gpupool_health.tmp").symlink_to(victim)
+    cfg = config(tmp_path, textfile_dir=str(textfiles))
+    run(cfg, FixtureSlurm(), verdict())
+    assert victim.read_text() == "root:x:0:0::/root:/bin/sh\n"
+    assert not (textfiles / "gpupool_health.prom").is_symlink()
+    assert metrics(textfiles)["gpupool_health_passed"] == 1
+    textfiles.chmod(0o777)
+    (textfiles / "gpupool_health.prom").unlink()
+    entry = run(cfg, FixtureSlurm(), verdict(("software.toolkit",), "reconfigure"))
+    assert "writable by others" in entry["did"][-1] and entry["did"][-1].startswith(
+        "series not written")
+    assert not (textfiles / "gpupool_health.prom").exists()

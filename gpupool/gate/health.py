@@ -60,6 +60,7 @@ SERIES = ("gpupool_health_up", "gpupool_health_passed", "gpupool_health_isolated
 # What a check id may carry into a Slurm reason (scontrol's argument) and a record.
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.,:/\[\] -]")
 _PATH = re.compile(r"/[A-Za-z0-9._/-]+")
+TEXTFILE_WRITER = "gpupool.onhost.prom_textfile"
 
 Run = Callable[[list[str], float], tuple[int, str]]
 
@@ -350,10 +351,24 @@ class Loop:
         }
         text = "".join(f"# TYPE {k} gauge\n{k}{{node=\"{self.c.node}\"}} {v}\n"
                        for k, v in values.items())
-        out = self.c.textfile_dir / "gpupool_health.prom"
-        tmp = out.with_suffix(".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, out)
+        write_textfile(self.c.textfile_dir, "gpupool_health.prom", text)
+
+
+def write_textfile(directory: Path, name: str, text: str) -> None:
+    """directory/name written by gpupool/onhost/prom_textfile.py, run as a program: this
+    loop is root, and that writer refuses a directory others may write and never follows a
+    link planted in it (an open of `x.tmp` would write through one, as root). Run, not
+    imported: the gate's layer may not import the onhost layer (tests/test_layers.py), and
+    the gate's bundle carries the whole package, so `-m` finds it on the node."""
+    try:
+        proc = subprocess.run([sys.executable, "-m", TEXTFILE_WRITER, str(directory), name],
+                              input=text.encode(), capture_output=True, check=False,
+                              timeout=COMMAND_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        raise OSError(f"{TEXTFILE_WRITER} timed out") from exc
+    if proc.returncode != 0:
+        raise OSError(proc.stderr.decode(errors="replace").strip()
+                      or f"{TEXTFILE_WRITER} exited {proc.returncode}")
 
 
 def main(argv: list[str]) -> int:

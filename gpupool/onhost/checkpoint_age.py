@@ -37,7 +37,8 @@ Series (labels):
 
 This file runs on the node with the system python3 and prometheus_client (Debian's
 python3-prometheus-client) only, like the other gpupool/onhost programs: it is copied to
-the node as is.
+the node as is, with prom_textfile.py beside it (the textfile is written without following
+links: a root program must not write through a link planted in node_exporter's directory).
 """
 
 from __future__ import annotations
@@ -53,7 +54,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_to_textfile
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+# Root writes into node_exporter's directory without following a planted link (see there).
+try:  # in the package: the tests, the lab's control host
+    from gpupool.onhost import prom_textfile
+except ImportError:  # on the node, where role storage copies it beside this file
+    import prom_textfile  # type: ignore[no-redef]
 
 log = logging.getLogger("gpupool-checkpoint-age")
 
@@ -265,8 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(generate_latest(registry).decode())
         return 0
     try:
-        write_to_textfile(str(args.output), registry)
-    except OSError as exc:
+        prom_textfile.write(args.output.parent, args.output.name, generate_latest(registry))
+    except OSError as exc:  # prom_textfile.Refused too: logged, nothing written
         log.error("cannot write %s: %s", args.output, exc)
         return 1
     return 0
