@@ -36,7 +36,7 @@ from pydantic import BaseModel
 
 from gpupool.render import ansible_yaml, inventory
 from gpupool.spec import loader
-from gpupool.spec.model import Description
+from gpupool.spec.model import Description, Role
 from tests.conftest import ROOT
 
 pytest.importorskip("ansible")
@@ -402,3 +402,33 @@ def test_unprivileged_containers_cannot_pick_gpus_by_environment() -> None:
         config = tomllib.loads(r.text or "")
         assert config["accept-nvidia-visible-devices-envvar-when-unprivileged"] is False
         assert config["accept-nvidia-visible-devices-as-volume-mounts"] is True
+
+
+def test_team_admins_administer_their_teams_nodes_not_the_pool() -> None:
+    """Issue 50: sudo ALL goes to the pool's operators everywhere and to a team's admins
+    only on the nodes their team owns: the lab's vision admin on vision's nodes, not on
+    nlp's node nor the controllers (the lab declares no operators). A member name that got
+    past validation is refused, never written into sudoers."""
+    desc = benign()
+    template = ROOT / "roles/common/templates/sudoers.j2"
+    admins = {team: t.members.get(Role.ADMIN, []) for team, t in desc.teams.items()}
+    seen = set()
+    for r in renders(None)[template]:
+        assert r.text is not None, r.error
+        owner = desc.nodes[r.host].owner_team
+        expected = sorted({*desc.pool.operators, *(admins[owner] if owner else [])})
+        granted = [ln for ln in r.text.splitlines() if "ALL=(ALL:ALL) ALL" in ln]
+        alias = [ln for ln in r.text.splitlines() if ln.startswith("User_Alias ")]
+        if expected:
+            assert alias == [f"User_Alias GPUPOOL_ADMINS = {', '.join(expected)}"], r.host
+            assert granted == ["GPUPOOL_ADMINS ALL=(ALL:ALL) ALL"], r.host
+        else:
+            assert (alias, granted) == ([], []), r.host
+        assert not any(ln.startswith("%gpupool-admin") for ln in r.text.splitlines())
+        seen.add((r.host, bool(expected)))
+    assert {("lab-gpu1", True), ("lab-gpu3", False), ("lab-ctl", False)} <= seen
+    for r in renders("lines")[template]:
+        if (r.host, True) in seen:
+            assert r.text is None and REFUSAL in (r.error or ""), r.host
+        else:
+            assert r.text is not None and "User_Alias" not in r.text, r.host
