@@ -64,6 +64,9 @@ BURST_CAPACITY_BLACKOUT_S = 600
 # pools sharing a filer never share a queue.
 STATE_DIR = "{mount}/slurmctld-{pool}"
 BILLING = "CPU=0,GRES/gpu=1"  # fairshare on GPU-seconds only
+# slurm.conf PrivateData (Slurm 22.05): what a user sees of others is nothing, in squeue,
+# scontrol, sprio/sshare (usage), sacctmgr (users, accounts) and reservations.
+PRIVATE_DATA = ("accounts", "jobs", "reservations", "usage", "users")
 GPU_DEVICE = "/dev/nvidia{}"
 # Lab only: the character devices standing in for GPUs take the NVIDIA driver's own major
 # for /dev/nvidia<N>, so slurmd counts them where gres.conf names them.
@@ -323,6 +326,10 @@ def slurm_conf(desc: Description) -> list[str]:
         # The firewall admits steps' daemons to srun only on these (render/flows.py).
         f"SrunPortRange={SRUN_PORTS[0]}-{SRUN_PORTS[1]}",
         "ReturnToService=2",
+        # Researchers see their own jobs, usage, user and accounts (their coordinators their
+        # accounts'), never another team's: root, SlurmUser and AdminLevel operators see all.
+        # `cloud` is no privacy flag but the opposite: powered-down burst nodes listed.
+        "PrivateData=" + ",".join([*PRIVATE_DATA, *(["cloud"] if cloud else [])]),
     ]
     lines += [f"{k}={v}" for k, v in tuning.items()
               if k not in {"SuspendTime", "SuspendTimeout", "ResumeTimeout"}]
@@ -340,7 +347,6 @@ def slurm_conf(desc: Description) -> list[str]:
             # slurm.conf, gres.conf and the rest from the controller, so an image never
             # carries a stale copy of the pool's configuration.
             "SlurmctldParameters=enable_configless,idle_on_node_suspend,cloud_reg_addrs",
-            "PrivateData=cloud",
             f"SuspendExcNodes={_word(hostlist(n.name for n in onprem), 'SuspendExcNodes')}",
         ]
     for n in all_nodes:
