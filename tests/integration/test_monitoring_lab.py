@@ -30,7 +30,7 @@ import bench.monitoring_lab
 from gpupool.lab import hosts, slurm_cluster
 from gpupool.render import slurm
 from gpupool.spec.facts import controller
-from gpupool.spec.model import Description
+from gpupool.spec.model import Description, Role
 from tests.integration.conftest import ansible_playbook
 from tests.test_monitoring import series_read
 
@@ -246,6 +246,15 @@ def test_a_drained_node_alerts_the_webhook_and_resolves(pool: slurm_cluster.Slur
             drain_to_webhook = round(time.monotonic() - t0, 1)
             assert firing[0]["labels"]["severity"] == "warning"
             assert firing[0]["annotations"]["runbook"] == "runbooks/node-failure.md"
+            # The webhook's URL is the service's to read, not a researcher's who logs in
+            # here (a chat or paging URL often carries its token).
+            config = "/etc/prometheus/alertmanager.yml"
+            assert pool.sh(f"stat -c '%a %U %G' {config}").split() == [
+                "640", "root", "prometheus"]
+            researcher = next(u for t in pool.desc.teams.values()
+                              for u in t.members.get(Role.RESEARCHER, []))
+            assert pool.sh(f"runuser -u {researcher} -- cat {config} >/dev/null 2>&1"
+                           " && echo read || echo refused").strip() == "refused"
         finally:
             pool.sh(f"scontrol update nodename={node} state=resume")
         t1 = time.monotonic()
