@@ -9,10 +9,13 @@ about the real services comes from the lab test (tests/integration/test_controll
 
 from __future__ import annotations
 
+import datetime
 import gzip
+import hashlib
 import io
 import json
 import tarfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +29,16 @@ from tests.conftest import ROOT
 
 DUMP = b"-- FIXTURE dump\nCREATE DATABASE slurm_acct_db;\n"
 BUCKET = "lab-checkpoints-eu-west-1"
+MANIFEST_KEY = b"h" * 48
 
 
 class FixtureHost:
     """FIXTURE runner: the database, systemd and Slurm commands, recorded."""
 
-    def __init__(self) -> None:
+    def __init__(self, mysql_help: str = "") -> None:
         self.calls: list[list[str]] = []
         self.loaded: bytes | None = None
+        self.mysql_help = mysql_help  # what `mysql --help` prints
 
     def __call__(self, argv: list[str], stdin: Path | None = None, stdout: Path | None = None,
                  timeout: float = 60) -> str:
@@ -42,27 +47,30 @@ class FixtureHost:
             assert stdout is not None
             stdout.write_bytes(DUMP)
             return ""
+        if argv == ["mysql", "--help"]:
+            return self.mysql_help
         if argv[0] == "mysql":
             assert stdin is not None
             self.loaded = stdin.read_bytes()
             return ""
-        if argv[0] in ("systemctl", "sacctmgr"):
-            return ""
-        if argv[0] == "slurmctld":
-            return "slurm 22.05.8\n"
-        if argv[0] == "chown":  # the files are this user's already
-            return ""
+        # chown: the files are this user's already.
+        answers = {"systemctl": "", "sacctmgr": "", "chown": "", "slurmctld": "slurm 22.05.8\n"}
+        if argv[0] in answers:
+            return answers[argv[0]]
         return cb.run_command(argv, stdin, stdout)
 
     def touched(self) -> bool:
-        return any(c[0] in ("systemctl", "mysql") for c in self.calls)
+        """Whether anything was stopped or loaded (asking the client's --help is neither)."""
+        return any(c[0] in ("systemctl", "mysql") and c != ["mysql", "--help"]
+                   for c in self.calls)
 
 
 def raw_config(root: Path, **over: Any) -> dict[str, Any]:
     base = {"pool": "lab", "host": "lab-ctl", "staging_dir": str(root / "staging"),
             "keep": 2, "interval_s": 3600, "database": "slurm_acct_db",
             "state_dir": str(root / "state"), "munge_key": str(root / "munge.key"),
-            "key_file": str(root / "backup.key"), "pool_dirs": [str(root / "etc-gpupool")],
+            "key_file": str(root / "backup.key"), "manifest_key_file": str(root / "manifest.key"),
+            "pool_dirs": [str(root / "etc-gpupool")],
             "textfile": str(root / "textfile" / "gpupool_controller_backup.prom"),
             "bucket": None, "prefix": "controller/", "region": "eu-west-1",
             "endpoint_url": None}
@@ -77,6 +85,8 @@ def host(tmp_path: Path) -> Path:
     (tmp_path / "state" / "hash.0" / "job.1").write_bytes(b"script")
     (tmp_path / "munge.key").write_bytes(b"M" * 1024)
     (tmp_path / "backup.key").write_text("k" * 48 + "\n")
+    (tmp_path / "manifest.key").write_bytes(MANIFEST_KEY + b"\n")
+    (tmp_path / "manifest.key").chmod(0o600)
     (tmp_path / "etc-gpupool").mkdir()
     (tmp_path / "etc-gpupool" / "pool-description.yaml").write_text("pool: lab\n")
     (tmp_path / "textfile").mkdir()
@@ -115,7 +125,8 @@ def test_a_backup_restores_database_state_key_and_pool_files(host: Path) -> None
     assert (host / "etc-gpupool" / "pool-description.yaml").read_text() == "pool: lab\n"
     stops = fixture.calls.index(["systemctl", "stop", "slurmctld.service", "slurmdbd.service"])
     starts = fixture.calls.index(["systemctl", "start", "slurmctld.service"])
-    assert stops < fixture.calls.index(["mysql"]) < starts
+    # No client command is parsed in the dump; this client has no --sandbox.
+    assert stops < fixture.calls.index(["mysql", "--binary-mode"]) < starts
     assert not (cfg.staging_dir / ".restore").exists()
 
 
@@ -127,7 +138,7 @@ def test_pool_files_a_rebuilt_controller_rendered_are_kept(host: Path) -> None:
     assert "newer" in (host / "etc-gpupool" / "pool-description.yaml").read_text()
 
 
-def test_the_backup_key_and_the_backups_are_not_in_the_pool_files(host: Path) -> None:
+def test_the_keys_and_the_backups_are_not_in_the_pool_files(host: Path) -> None:
     cfg = config(host, pool_dirs=[str(host)], staging_dir=str(host / "staging"))
     path = cb.make_archive(cfg, 1_700_000_000, FixtureHost(), settle_s=0)
     with tarfile.open(path) as outer:
@@ -135,16 +146,53 @@ def test_the_backup_key_and_the_backups_are_not_in_the_pool_files(host: Path) ->
         assert inner is not None
         with tarfile.open(fileobj=io.BytesIO(inner.read())) as tar:
             names = tar.getnames()
-    assert not any(n.endswith("backup.key") or "/staging/" in n for n in names)
+    assert not any(n.endswith(("backup.key", "manifest.key")) or "/staging/" in n
+                   for n in names)
+
+
+NOW = 1_767_400_000.0  # 2026-01-03T00:26:40Z
 
 
 def test_keep_counts_this_pools_backups_only(host: Path) -> None:
     cfg = config(host, keep=2)
-    names = ["lab-lab-ctl-20260101T000000Z.tar", "lab-lab-ctl-20260102T000000Z.tar",
-             "lab-lab-ctl-20260103T000000Z.tar", "other-lab-ctl-20250101T000000Z.tar",
-             "lab-lab-ctl2-20250101T000000Z.tar", "notes.txt"]
-    assert cb.to_prune(cfg, names) == ["lab-lab-ctl-20260101T000000Z.tar"]
-    assert cb.to_prune(cfg, names[:2]) == []
+    names = dict.fromkeys(["lab-lab-ctl-20260101T000000Z.tar", "lab-lab-ctl-20260102T000000Z.tar",
+                           "lab-lab-ctl-20260103T000000Z.tar", "other-lab-ctl-20250101T000000Z.tar",
+                           "lab-lab-ctl2-20250101T000000Z.tar", "notes.txt"])
+    assert cb.to_prune(cfg, names, NOW) == ["lab-lab-ctl-20260101T000000Z.tar"]
+    assert cb.to_prune(cfg, dict(list(names.items())[:2]), NOW) == []
+
+
+@pytest.mark.parametrize("planted", [
+    "lab-lab-ctl-20991231T235959Z.tar",  # far future
+    "lab-lab-ctl-20260103T010000Z.tar",  # past the clock skew
+    "lab-lab-ctl-20261399T999999Z.tar",  # matches the name's pattern, no time
+])
+def test_a_name_in_the_future_or_without_a_time_steers_nothing(host: Path, planted: str) -> None:
+    cfg = config(host, keep=2)
+    real = ["lab-lab-ctl-20260101T000000Z.tar", "lab-lab-ctl-20260102T000000Z.tar"]
+    objects = dict.fromkeys([*real, planted])
+    assert cb.to_prune(cfg, objects, NOW) == []  # two real ones, keep 2: nothing goes
+    assert cb.ranked(cfg, objects, NOW) == real  # latest is the real newest
+    # S3's LastModified (which a writer of the bucket does not choose) orders them.
+    s3_times = {real[0]: NOW - 60, real[1]: NOW - 30, planted: NOW}
+    assert cb.to_prune(cfg, s3_times, NOW) == []
+    assert cb.ranked(cfg, s3_times, NOW) == real
+
+
+def test_a_name_within_the_clock_skew_counts(host: Path) -> None:
+    cfg = config(host, keep=1)
+    objects = dict.fromkeys(["lab-lab-ctl-20260103T000000Z.tar",
+                             "lab-lab-ctl-20260103T002800Z.tar"])  # 80 s ahead
+    assert cb.to_prune(cfg, objects, NOW) == ["lab-lab-ctl-20260103T000000Z.tar"]
+    # The one just taken is never pruned, whatever sorts after it.
+    assert cb.to_prune(cfg, objects, NOW, protect="lab-lab-ctl-20260103T000000Z.tar") == []
+
+
+def test_last_modified_orders_before_the_name(host: Path) -> None:
+    cfg = config(host, keep=1)
+    old, new = "lab-lab-ctl-20260101T000000Z.tar", "lab-lab-ctl-20260102T000000Z.tar"
+    # new was written first (its name is the newer): S3's clock decides.
+    assert cb.to_prune(cfg, {old: NOW - 10, new: NOW - 20}, NOW) == [new]
 
 
 def test_backups_go_to_the_bucket_and_the_oldest_beyond_keep_are_pruned(host: Path) -> None:
@@ -168,21 +216,32 @@ def test_backups_go_to_the_bucket_and_the_oldest_beyond_keep_are_pruned(host: Pa
         assert out["restored"] == taken[1].removesuffix(".tar")
 
 
-def _rewrite(archive: Path, member: str, data: bytes, manifest: bool = True) -> None:
-    """Replace one member of a backup (and, unless told not to, its manifest entry)."""
+def _members(archive: Path) -> dict[str, bytes]:
     with tarfile.open(archive) as tar:
-        files = {m.name: tar.extractfile(m).read() for m in tar}  # type: ignore[union-attr]
-    files[member] = data
-    if manifest:
-        m = json.loads(files["manifest.json"])
-        m["files"][member] = {"sha256": __import__("hashlib").sha256(data).hexdigest(),
-                              "bytes": len(data)}
-        files["manifest.json"] = json.dumps(m).encode()
+        return {m.name: tar.extractfile(m).read() for m in tar}  # type: ignore[union-attr]
+
+
+def _write(archive: Path, files: dict[str, bytes] | list[tuple[str, bytes]]) -> None:
     with tarfile.open(archive, "w") as tar:
-        for name, body in files.items():
+        for name, body in (files.items() if isinstance(files, dict) else files):
             info = tarfile.TarInfo(name)
             info.size = len(body)
             tar.addfile(info, io.BytesIO(body))
+
+
+def _rewrite(archive: Path, member: str, data: bytes, manifest: bool = True,
+             key: bytes | None = MANIFEST_KEY) -> None:
+    """Replace one member of a backup and, unless told not to, its manifest entry, signed
+    with `key` (the controller's own: what a compromised controller could write)."""
+    files = _members(archive)
+    files[member] = data
+    if manifest:
+        m = json.loads(files["manifest.json"])
+        m["files"][member] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+        files["manifest.json"] = json.dumps(m).encode()
+        if key is not None:
+            files["manifest.hmac"] = cb.sign(key, files["manifest.json"]).encode()
+    _write(archive, files)
 
 
 def _inner(entries: list[tarfile.TarInfo]) -> bytes:
@@ -318,3 +377,167 @@ def test_the_role_backs_up_the_key_and_database_the_slurm_role_keeps() -> None:
              **yaml.safe_load((root / "slurm/vars/Debian.yml").read_text())}
     assert (backup["controller_backup_munge_key"], backup["controller_backup_database"]) == (
         slurm["slurm_munge_key"], slurm["slurm_db_name"])
+
+
+# Authenticated manifests: whoever can write the bucket cannot make a backup the restore takes.
+
+def _refused(cfg: cb.Config, match: str, source: str = "latest") -> None:
+    fixture = FixtureHost()
+    with pytest.raises(cb.BackupError, match=match):
+        cb.restore(cfg, source, fixture, wait_s=1)
+    assert not fixture.touched()
+    assert not any(c[0] == "openssl" for c in fixture.calls)  # refused before the key is used
+
+
+@pytest.mark.parametrize("key", [b"w" * 48, None], ids=["another-key", "old-hmac"])
+def test_a_forged_backup_is_refused_before_anything_is_touched(
+        host: Path, key: bytes | None) -> None:
+    """A writer of the bucket rewrites the dump and its manifest entry: without the
+    manifest key its HMAC is another key's, or the one it found."""
+    cfg = config(host)
+    path = cb.make_archive(cfg, 1_700_000_000, FixtureHost(), settle_s=0)
+    _rewrite(path, "db.sql.gz", gzip.compress(b"DROP DATABASE mysql;\n"), key=key)
+    _refused(cfg, "HMAC does not verify")
+
+
+def test_a_backup_without_a_signed_manifest_is_refused_naming_the_fix(host: Path) -> None:
+    """A backup taken before manifests were signed (or one whose HMAC was removed)."""
+    cfg = config(host)
+    path = cb.make_archive(cfg, 1_700_000_000, FixtureHost(), settle_s=0)
+    _write(path, {n: b for n, b in _members(path).items() if n != "manifest.hmac"})
+    _refused(cfg, r"no authenticated manifest .*systemctl start gpupool-controller-backup")
+
+
+def test_a_backup_without_a_manifest_is_refused(host: Path) -> None:
+    cfg = config(host)
+    path = cb.make_archive(cfg, 1_700_000_000, FixtureHost(), settle_s=0)
+    _write(path, {n: b for n, b in _members(path).items() if n != "manifest.json"})
+    _refused(cfg, r"no manifest \(manifest.json\)")
+
+
+@pytest.mark.parametrize("change", ["member-dropped", "manifest-entry-added"])
+def test_members_that_are_not_the_manifests_are_refused(host: Path, change: str) -> None:
+    cfg = config(host)
+    path = cb.make_archive(cfg, 1_700_000_000, FixtureHost(), settle_s=0)
+    files = _members(path)
+    if change == "member-dropped":
+        del files["pool.tar.gz"]
+    else:
+        m = json.loads(files["manifest.json"])
+        m["files"]["authorized_keys"] = {"sha256": "0" * 64, "bytes": 1}
+        files["manifest.json"] = json.dumps(m).encode()
+        files["manifest.hmac"] = cb.sign(MANIFEST_KEY, files["manifest.json"]).encode()
+    _write(path, files)
+    _refused(cfg, "members are not the manifest's")
+
+
+def test_a_second_copy_of_a_member_is_refused(host: Path) -> None:
+    """tar extracts the last copy of a name: the first would be the one checked."""
+    cfg = config(host)
+    path = cb.make_archive(cfg, 1_700_000_000, FixtureHost(), settle_s=0)
+    files = _members(path)
+    _write(path, [*files.items(), ("db.sql.gz", gzip.compress(b"DROP DATABASE mysql;\n"))])
+    _refused(cfg, "refusing archive member 'db.sql.gz'")
+
+
+def test_a_real_backup_under_a_newer_name_is_refused(host: Path) -> None:
+    """An old backup copied to a newer name (to roll the accounting back) is signed under
+    its own name."""
+    cfg = config(host)
+    path = cb.make_archive(cfg, 1_700_000_000, FixtureHost(), settle_s=0)
+    newer = path.with_name("lab-lab-ctl-20231115T000000Z.tar")
+    path.rename(newer)
+    _refused(cfg, "its manifest names 'lab-lab-ctl-20231114T221320Z'")
+    # Named by path, a copy the operator renamed restores.
+    assert cb.restore(cfg, str(newer), FixtureHost(), wait_s=1)["restored"] == \
+        "lab-lab-ctl-20231114T221320Z"
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o620], ids=["group", "other", "group-write"])
+def test_a_manifest_key_others_can_reach_is_refused(host: Path, mode: int) -> None:
+    cfg = config(host)
+    cb.make_archive(cfg, 1_700_000_000, FixtureHost(), settle_s=0)
+    (host / "manifest.key").chmod(mode)
+    _refused(cfg, "only its owner")
+    with pytest.raises(cb.BackupError, match="only its owner"):
+        cb.make_archive(cfg, 1_700_003_600, FixtureHost(), settle_s=0)
+
+
+def test_a_missing_or_short_manifest_key_fails_the_backup(host: Path) -> None:
+    cfg = config(host)
+    (host / "manifest.key").write_bytes(b"short\n")
+    with pytest.raises(cb.BackupError, match="shorter than 32"):
+        cb.make_archive(cfg, 1_700_000_000, FixtureHost(), settle_s=0)
+    (host / "manifest.key").unlink()
+    with pytest.raises(cb.BackupError, match="manifest key"):
+        cb.make_archive(cfg, 1_700_000_000, FixtureHost(), settle_s=0)
+
+
+# The dump is loaded as root: no mysql client command in it may run.
+
+@pytest.mark.parametrize("line", [
+    b"\\! touch /tmp/pwned\n", b"system touch /tmp/pwned\n", b"SYSTEM id;\n",
+    b"  \\. /etc/shadow\n", b"source /etc/shadow\n", b"\\T /tmp/out\n", b"tee /tmp/out\n",
+    b"pager cat > /root/.ssh/authorized_keys\n", b"\\P sh -c id\n", b"\tedit\n",
+    b"\\r other-host\n", b"system\n",
+])
+def test_a_dump_with_a_client_command_is_refused_before_anything_is_touched(
+        host: Path, line: bytes) -> None:
+    """Signed with the controller's own key: what a compromised controller (or a database
+    value that broke out of its quotes) could put in a dump."""
+    cfg = config(host)
+    path = cb.make_archive(cfg, 1_700_000_000, FixtureHost(), settle_s=0)
+    _rewrite(path, "db.sql.gz", gzip.compress(DUMP + line + b"SELECT 1;\n"))
+    fixture = FixtureHost()
+    with pytest.raises(cb.BackupError, match="mysql client command at line 3"):
+        cb.restore(cfg, "latest", fixture, wait_s=1)
+    assert not fixture.touched()
+
+
+def test_a_dump_with_lookalike_lines_loads(tmp_path: Path) -> None:
+    """Data and SQL that only look like client commands are not refused."""
+    sql = tmp_path / "db.sql"
+    sql.write_bytes(b"/*M!999999\\- enable the sandbox mode */\nDELIMITER ;;\n"
+                    b"INSERT INTO t VALUES ('a\\\\! b','\\\\. c');\n  `system` varchar(20),\n"
+                    b"systemd_unit INT,\nteeth INT,\nUSE `slurm_acct_db`;\n")
+    cb.check_dump(sql)
+
+
+def test_the_client_runs_sandboxed_where_it_can(host: Path) -> None:
+    cfg = config(host)
+    cb.make_archive(cfg, 1_700_000_000, FixtureHost(), settle_s=0)
+    fixture = FixtureHost(mysql_help="  --sandbox           Disallow commands that access "
+                                     "the file system\n")
+    cb.restore(cfg, "latest", fixture, wait_s=1)
+    assert ["mysql", "--binary-mode", "--sandbox"] in fixture.calls
+    assert fixture.loaded == DUMP
+
+
+def test_a_far_future_object_in_the_bucket_is_neither_latest_nor_prunes(host: Path) -> None:
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="eu-west-1")
+        s3.create_bucket(Bucket=BUCKET,
+                         CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+        planted = "controller/lab-lab-ctl-20991231T235959Z.tar"
+        s3.put_object(Bucket=BUCKET, Key=planted, Body=b"not a backup")
+        cfg = config(host, bucket=BUCKET, keep=2)
+        now = time.time()
+        taken = [cb.backup(cfg, now + t, FixtureHost(), s3, settle_s=0)["backup"]
+                 for t in (-7200, -3600, 0)]
+        keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"])
+        assert keys == sorted([planted, *(f"controller/{n}" for n in taken[1:])])
+        out = cb.restore(cfg, "latest", FixtureHost(), s3, wait_s=1)
+        assert out["restored"] == taken[-1].removesuffix(".tar")
+
+
+def test_remote_objects_carry_s3s_time(host: Path) -> None:
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="eu-west-1")
+        s3.create_bucket(Bucket=BUCKET,
+                         CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+        s3.put_object(Bucket=BUCKET, Key="controller/lab-lab-ctl-20991231T235959Z.tar", Body=b"")
+        s3.put_object(Bucket=BUCKET, Key="controller/deeper/x.tar", Body=b"")
+        [(name, modified)] = cb.remote_objects(config(host, bucket=BUCKET), s3).items()
+        assert name == "lab-lab-ctl-20991231T235959Z.tar"
+        assert modified is not None and abs(
+            modified - datetime.datetime.now(datetime.UTC).timestamp()) < 120

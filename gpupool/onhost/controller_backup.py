@@ -12,19 +12,33 @@ A backup is one tar file, `<pool>-<host>-<UTC time>.tar`, holding:
   rebuilt controller with another would be locked out of its own pool;
 - `pool.tar.gz`: the pool's own state on the controller (/etc/gpupool, where the role puts
   the description the pool runs under, and /var/lib/gpupool: gate verdicts, health and
-  idle-reclaim records), the backup key and the backups themselves left out;
-- `manifest.json`: each file's SHA-256 and size, the host, the time, Slurm's version.
+  idle-reclaim records), the two keys and the backups themselves left out;
+- `manifest.json`: each file's SHA-256 and size, the backup's name, the host, the time,
+  Slurm's version;
+- `manifest.hmac`: HMAC-SHA256 of manifest.json's bytes under the manifest key, a root-only
+  file on the controller that never goes into a backup. Whoever can write the bucket (its
+  S3 credentials, a burst node's role) cannot forge a backup the restore accepts: the
+  checksums alone would only catch damage.
 
 Backups go to the archive tier's bucket (S3; the lab gives a local endpoint), under a
 prefix; the newest `keep` of this pool and host are kept there, and the newest one on the
 controller's disk. Without a bucket they stay on disk, `keep` of them.
 
-`restore` fetches one (the newest, a name, or a local file), verifies every checksum
-before it touches anything, then stops slurmctld and slurmdbd, loads the database, puts
-the state directory and the munge key back, restores pool files that are missing (a
-rebuilt controller's freshly rendered configuration is kept), restarts munge and starts
-slurmdbd, then slurmctld once the database answers. Every archive member is checked
-before extraction: regular files and directories only, relative, no `..`.
+Retention orders this host's backups by S3's LastModified (by the time in the name on
+disk); a name that claims a time in the future or does not parse is never counted, so an
+object planted under a far-future name neither becomes `latest` nor pushes a real backup
+out.
+
+`restore` fetches one (the newest, a name, or a local file) and, before it touches
+anything, verifies the manifest's HMAC, that the members are exactly the manifest's (names,
+sizes, checksums) and that the manifest names this backup, decrypts the munge key, and
+refuses a dump holding a mysql client command (`\\!`, `system`, `source`, `tee`, `pager`...).
+Then it stops slurmctld and slurmdbd, loads the database (`mysql --binary-mode`, and
+`--sandbox` where the client has it), puts the state directory and the munge key back,
+restores pool files that are missing (a rebuilt controller's freshly rendered
+configuration is kept), restarts munge and starts slurmdbd, then slurmctld once the
+database answers. Every archive member is checked before extraction: regular files and
+directories only, relative, no `..`.
 
 Series for node_exporter's textfile collector (the ControllerBackupFailing alert):
 gpupool_controller_backup_up, _last_success_seconds, _bytes, _duration_seconds,
@@ -40,9 +54,11 @@ is configured) and python3-prometheus-client: it is copied to the host as is.
 from __future__ import annotations
 
 import argparse
+import calendar
 import dataclasses
 import gzip
 import hashlib
+import hmac
 import json
 import logging
 import os
@@ -54,7 +70,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +78,22 @@ from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
 log = logging.getLogger("gpupool-controller-backup")
 
-MEMBERS = ("db.sql.gz", "state.tar.gz", "munge.key.enc", "pool.tar.gz", "manifest.json")
+DATA = ("db.sql.gz", "state.tar.gz", "munge.key.enc", "pool.tar.gz")
+MEMBERS = (*DATA, "manifest.json", "manifest.hmac")
+# Domain separation: the manifest key signs nothing else, and a later format gets v2.
+HMAC_CONTEXT = b"gpupool-controller-backup-manifest-v1\n"
+MANIFEST_MAX = 1 << 20  # bytes of manifest.json read before it is authenticated
+MIN_KEY = 32  # bytes of a key file
+# A name may claim a time this far past the clock (controllers' clocks disagree a little);
+# beyond it the name is a plant or a broken clock, and retention ignores it.
+CLOCK_SKEW_S = 300.0
+# mysql client commands a dump must not hold at the start of a line: mysqldump writes none,
+# and these run programs (\!, system, edit), read files (\., source) or write them (\T,
+# tee, pager). Every backslash command is refused there, and the long forms that reach the
+# shell or the file system (the client parses long forms at the start of a line only).
+CLIENT_COMMAND_RE = re.compile(
+    rb"[ \t\r\f\v]*(\\|(system|source|tee|pager|edit)([ \t\r\f\v;]|$))", re.IGNORECASE)
+HELP_TIMEOUT_S = 30.0
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}-[0-9]{8}T[0-9]{6}Z")
 SAFE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
@@ -99,6 +130,7 @@ class Config:
     state_dir: Path
     munge_key: Path
     key_file: Path
+    manifest_key_file: Path
     pool_dirs: tuple[Path, ...]
     textfile: Path | None
     interval_s: int
@@ -144,6 +176,7 @@ def load_config(path: Path) -> Config:
         state_dir=Path(_field(raw, "state_dir", PATH_RE)),
         munge_key=Path(_field(raw, "munge_key", PATH_RE)),
         key_file=Path(_field(raw, "key_file", PATH_RE)),
+        manifest_key_file=Path(_field(raw, "manifest_key_file", PATH_RE)),
         pool_dirs=tuple(Path(d) for d in dirs),
         textfile=Path(textfile) if textfile else None, interval_s=interval,
         bucket=_field(raw, "bucket", BUCKET_RE, optional=True),
@@ -180,8 +213,41 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def manifest_key(cfg: Config) -> bytes:
+    """The manifest key: a secret only if no one but root can read it, so a file others can
+    read or write, or one too short to resist guessing, is refused."""
+    path = cfg.manifest_key_file
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            key = f.read(4096).strip()
+    except OSError as exc:
+        raise BackupError(f"manifest key {path}: {exc}") from exc
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise BackupError(f"manifest key {path}: must be a regular file only its owner "
+                          "(root) can read")
+    if len(key) < MIN_KEY:
+        raise BackupError(f"manifest key {path}: shorter than {MIN_KEY} bytes")
+    return key
+
+
+def sign(key: bytes, manifest: bytes) -> str:
+    return hmac.new(key, HMAC_CONTEXT + manifest, hashlib.sha256).hexdigest()
+
+
 def backup_name(cfg: Config, now: float) -> str:
     return f"{cfg.pool}-{cfg.host}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}"
+
+
+def name_time(name: str) -> float | None:
+    """The UTC time a backup's name claims, or None where it does not parse (NAME_RE lets
+    month 13 through)."""
+    stamp = name.removesuffix(".tar")[-16:]
+    try:
+        return float(calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%SZ")))
+    except ValueError:
+        return None
 
 
 def _ours(cfg: Config, name: str) -> bool:
@@ -191,10 +257,30 @@ def _ours(cfg: Config, name: str) -> bool:
         and NAME_RE.fullmatch(stem) is not None
 
 
-def to_prune(cfg: Config, names: list[str]) -> list[str]:
-    """The backups beyond the newest `keep` of this pool and host (names sort by time)."""
-    mine = sorted(n for n in names if _ours(cfg, n))
-    return mine[:-cfg.keep] if len(mine) > cfg.keep else []
+def ranked(cfg: Config, objects: Mapping[str, float | None], now: float) -> list[str]:
+    """This pool's and host's backups, oldest first: by when S3 says each was written
+    (the value; None on disk), then by the time in the name. Anyone who can write the bucket
+    chooses names, not LastModified: a name that claims a time past now (beyond the clock
+    skew) or none at all is left out, so it is never `latest` and never pushes a real
+    backup out of the newest `keep`."""
+    order = []
+    for name, modified in objects.items():
+        if not _ours(cfg, name):
+            continue
+        taken = name_time(name)
+        if taken is None or taken > now + CLOCK_SKEW_S:
+            log.warning("ignoring %s: its name claims no time or one in the future", name)
+            continue
+        order.append((taken if modified is None else modified, taken, name))
+    return [name for _, _, name in sorted(order)]
+
+
+def to_prune(cfg: Config, objects: Mapping[str, float | None], now: float,
+             protect: str | None = None) -> list[str]:
+    """The backups beyond the newest `keep` (ranked); never `protect`, the one just taken."""
+    mine = ranked(cfg, objects, now)
+    old = mine[:-cfg.keep] if len(mine) > cfg.keep else []
+    return [n for n in old if n != protect]
 
 
 def tar_tree(out: Path, roots: list[Path], base: Path, skip: tuple[Path, ...]) -> int:
@@ -251,19 +337,23 @@ def make_archive(cfg: Config, now: float, run: Run = run_command,
     dump.unlink()
     time.sleep(max(0.0, settle_s - (time.monotonic() - began)))
     tar_tree(work / "state.tar.gz", [cfg.state_dir], cfg.state_dir, ())
+    key = manifest_key(cfg)  # before the long steps: a missing key fails the backup at once
     run([*SEALED, "-in", str(cfg.munge_key), "-out", str(work / "munge.key.enc"),
          "-pass", f"file:{cfg.key_file}"])
+    # Neither key may reach the bucket: one would decrypt the munge key, the other forge.
     tar_tree(work / "pool.tar.gz", list(cfg.pool_dirs), Path("/"),
-             (cfg.staging_dir, cfg.key_file))
+             (cfg.staging_dir, cfg.key_file, cfg.manifest_key_file))
     files = {m: {"sha256": sha256(work / m), "bytes": (work / m).stat().st_size}
-             for m in MEMBERS if m != "manifest.json"}
+             for m in DATA}
     try:
         version = run(["slurmctld", "-V"]).strip()
     except BackupError:
         version = "unknown"
-    (work / "manifest.json").write_text(json.dumps({
+    manifest = (json.dumps({
         "name": name, "pool": cfg.pool, "host": cfg.host, "created": int(now),
-        "slurm": version, "files": files}, indent=2) + "\n")
+        "slurm": version, "files": files}, indent=2) + "\n").encode()
+    (work / "manifest.json").write_bytes(manifest)
+    (work / "manifest.hmac").write_text(sign(key, manifest) + "\n")
     out = cfg.staging_dir / f"{name}.tar"
     with tarfile.open(out.with_suffix(".tar.partial"), "w") as tar:
         for m in MEMBERS:
@@ -280,12 +370,17 @@ def s3_client(cfg: Config) -> Any:
     return boto3.client("s3", region_name=cfg.region, endpoint_url=cfg.endpoint_url)
 
 
-def remote_names(cfg: Config, s3: Any) -> list[str]:
-    names: list[str] = []
+def remote_objects(cfg: Config, s3: Any) -> dict[str, float | None]:
+    """The objects right under the prefix: name -> LastModified (S3's clock, which no
+    writer of the bucket sets)."""
+    objects: dict[str, float | None] = {}
     for page in s3.get_paginator("list_objects_v2").paginate(
             Bucket=cfg.bucket, Prefix=cfg.prefix, PaginationConfig={"MaxItems": 100_000}):
-        names += [o["Key"][len(cfg.prefix):] for o in page.get("Contents", [])]
-    return [n for n in names if "/" not in n]
+        for o in page.get("Contents", []):
+            name, modified = o["Key"][len(cfg.prefix):], o.get("LastModified")
+            if "/" not in name:
+                objects[name] = modified.timestamp() if modified is not None else None
+    return objects
 
 
 def backup(cfg: Config, now: float, run: Run = run_command, s3: Any = None,
@@ -299,14 +394,14 @@ def backup(cfg: Config, now: float, run: Run = run_command, s3: Any = None,
     if cfg.bucket:
         s3 = s3 or s3_client(cfg)
         s3.upload_file(str(path), cfg.bucket, cfg.prefix + path.name)
-        pruned = to_prune(cfg, remote_names(cfg, s3))
+        pruned = to_prune(cfg, remote_objects(cfg, s3), now, protect=path.name)
         for name in pruned:
             s3.delete_object(Bucket=cfg.bucket, Key=cfg.prefix + name)
         report |= {"uploaded": f"s3://{cfg.bucket}/{cfg.prefix}{path.name}",
                    "pruned": pruned}
         local_pruned = [n for n in local if _ours(cfg, n) and n != path.name]
     else:
-        local_pruned = to_prune(cfg, local)
+        local_pruned = to_prune(cfg, dict.fromkeys(local), now, protect=path.name)
         report["pruned"] = local_pruned
     for name in local_pruned:
         (cfg.staging_dir / name).unlink()
@@ -318,49 +413,116 @@ def backup(cfg: Config, now: float, run: Run = run_command, s3: Any = None,
 
 def _check_members(tar: tarfile.TarFile, allowed: tuple[str, ...] | None) -> list[tarfile.TarInfo]:
     """Members that are safe to extract as root, or a BackupError naming the first that
-    is not: regular files and directories only, relative, no `..`, no more than MAX."""
+    is not: regular files and directories only, relative, no `..`, no more than MAX. With
+    `allowed` (the outer archive): only those names, regular files, each once (a second
+    copy of a name would be what extraction leaves)."""
     members = []
+    seen: set[str] = set()
     for i, m in enumerate(tar):
         if i >= MAX_MEMBERS:
             raise BackupError(f"more than {MAX_MEMBERS} members")
         parts = Path(m.name).parts
         if (m.name.startswith("/") or ".." in parts or not (m.isfile() or m.isdir())
-                or (allowed is not None and m.name not in allowed)):
+                or (allowed is not None and (m.name not in allowed or not m.isfile()
+                                             or m.name in seen))):
             raise BackupError(f"refusing archive member {m.name!r}")
+        seen.add(m.name)
         members.append(m)
     return members
 
 
-def unpack(archive: Path, dest: Path) -> dict[str, Any]:
-    """Extract a backup's members into dest and verify them against its manifest."""
+def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, limit: int) -> bytes:
+    if member.size > limit:
+        raise BackupError(f"refusing archive member {member.name!r}: over {limit} bytes")
+    f = tar.extractfile(member)
+    return f.read() if f is not None else b""
+
+
+NO_HMAC = ("{name}: no authenticated manifest (manifest.hmac): it was taken before backups "
+           "were signed, or someone removed it. Restore one taken since (name it with "
+           "--from, or controller_restore_from), or take one now: systemctl start "
+           "gpupool-controller-backup.service")
+
+
+def unpack(archive: Path, dest: Path, key: bytes, expect_name: str | None) -> dict[str, Any]:
+    """Verify a backup and extract its files into dest; returns its manifest. The manifest
+    is authenticated before anything but it is read, and the other members are extracted
+    only when their names and sizes are the manifest's: a planted archive is refused
+    before it can fill the disk. `expect_name`: the name it was fetched under, which the
+    signed manifest must carry (an old backup re-uploaded as a newer name is refused)."""
+    label = archive.name
     try:
         with tarfile.open(archive, "r:") as tar:
-            members = _check_members(tar, MEMBERS)
-            for m in members:
-                tar.extract(m, dest, set_attrs=False)
+            members = {m.name: m for m in _check_members(tar, MEMBERS)}
+            if "manifest.json" not in members:
+                raise BackupError(f"{label}: no manifest (manifest.json)")
+            if "manifest.hmac" not in members:
+                raise BackupError(NO_HMAC.format(name=label))
+            raw = _read_member(tar, members["manifest.json"], MANIFEST_MAX)
+            given = _read_member(tar, members["manifest.hmac"], 1024).strip()
+            if not hmac.compare_digest(sign(key, raw).encode(), given):
+                raise BackupError(
+                    f"{label}: the manifest's HMAC does not verify under the manifest key: "
+                    "the backup was forged or altered, or taken under another key (a "
+                    "controller rebuilt from bare needs the key its backups were taken "
+                    "with: controller_backup_manifest_key)")
+            try:
+                manifest = json.loads(raw)
+                files = manifest["files"]
+                sizes = {m: int(files[m]["bytes"]) for m in files}
+            except (ValueError, KeyError, TypeError) as exc:
+                raise BackupError(f"{label}: no readable manifest ({exc})") from exc
+            if sorted(files) != sorted(DATA) or sorted(members) != sorted(MEMBERS):
+                raise BackupError(f"{label}: its members are not the manifest's "
+                                  f"({sorted(members)} against {sorted(files)})")
+            if expect_name is not None and manifest.get("name") != expect_name:
+                raise BackupError(f"{label}: its manifest names {manifest.get('name')!r}, "
+                                  f"not {expect_name!r}")
+            for m in DATA:
+                if members[m].size != sizes[m]:
+                    raise BackupError(f"{label}: {m} does not match the manifest (size)")
+                tar.extract(members[m], dest, set_attrs=False)
     except (OSError, tarfile.TarError) as exc:
-        raise BackupError(f"{archive.name}: {exc}") from exc
-    try:
-        manifest = json.loads((dest / "manifest.json").read_text())
-        files = manifest["files"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise BackupError(f"{archive.name}: no readable manifest ({exc})") from exc
-    for m in MEMBERS[:-1]:
-        want = files.get(m) if isinstance(files, dict) else None
-        if not isinstance(want, dict) or not (dest / m).is_file() \
-                or sha256(dest / m) != want.get("sha256"):
-            raise BackupError(f"{archive.name}: {m} is missing or does not match the manifest")
+        raise BackupError(f"{label}: {exc}") from exc
+    for m in DATA:
+        if not hmac.compare_digest(sha256(dest / m), str(files[m].get("sha256"))):
+            raise BackupError(f"{label}: {m} does not match the manifest")
     return manifest
+
+
+def check_dump(sql: Path) -> None:
+    """Refuse a dump holding a mysql client command at the start of a line: loaded as root
+    over root's socket, `\\! cmd` or `system cmd` would run cmd as root, and `source`,
+    `tee` or `pager` reach files. --binary-mode (and --sandbox) stop them in the client
+    too; this says which line, before anything is stopped."""
+    with sql.open("rb") as f:
+        for number, line in enumerate(f, 1):
+            if CLIENT_COMMAND_RE.match(line):
+                shown = line[:60].decode(errors="replace").strip()
+                raise BackupError(f"the database dump holds a mysql client command at line "
+                                  f"{number} ({shown!r}): refusing to load it")
+
+
+def mysql_argv(run: Run) -> list[str]:
+    """The client that loads the dump: --binary-mode parses no client command but
+    DELIMITER and \\C in piped input; --sandbox (MariaDB 10.11.8+) refuses those that
+    reach the shell or files, where the installed client knows it."""
+    try:
+        helptext = run(["mysql", "--help"], timeout=HELP_TIMEOUT_S)
+    except BackupError:
+        helptext = ""
+    return ["mysql", "--binary-mode", *(["--sandbox"] if "--sandbox" in helptext else [])]
 
 
 def fetch(cfg: Config, source: str, dest: Path, s3: Any = None) -> Path:
     """The backup to restore as a local file: a path, a name, or `latest`."""
     if source.startswith("/"):
         return Path(source)
-    local = sorted(p.name for p in cfg.staging_dir.glob("*.tar"))
+    local = ranked(cfg, dict.fromkeys(p.name for p in cfg.staging_dir.glob("*.tar")),
+                   time.time())
     if cfg.bucket:
         s3 = s3 or s3_client(cfg)
-        names = sorted(n for n in remote_names(cfg, s3) if _ours(cfg, n)) \
+        names = ranked(cfg, remote_objects(cfg, s3), time.time()) \
             if source == "latest" else [source]
         if not names:
             raise BackupError(f"no backup of {cfg.pool}-{cfg.host} in s3://{cfg.bucket}/"
@@ -390,11 +552,15 @@ def restore(cfg: Config, source: str, run: Run = run_command, s3: Any = None,
     work = cfg.staging_dir / ".restore"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(mode=0o700)
+    key = manifest_key(cfg)
     archive = fetch(cfg, source, work, s3)
     files = work / "files"
-    manifest = unpack(archive, files)
-    key = work / "munge.key"
-    run([*SEALED, "-d", "-in", str(files / "munge.key.enc"), "-out", str(key),
+    # A file named by path may have been renamed by whoever copied it: its manifest's name
+    # is taken as is. Fetched by name or as latest, the name must be the signed one.
+    manifest = unpack(archive, files, key,
+                      None if source.startswith("/") else archive.name.removesuffix(".tar"))
+    munge = work / "munge.key"
+    run([*SEALED, "-d", "-in", str(files / "munge.key.enc"), "-out", str(munge),
          "-pass", f"file:{cfg.key_file}"])
     with tarfile.open(files / "state.tar.gz", "r:gz") as tar:
         _check_members(tar, None)
@@ -403,9 +569,11 @@ def restore(cfg: Config, source: str, run: Run = run_command, s3: Any = None,
     sql = work / "db.sql"
     with gzip.open(files / "db.sql.gz", "rb") as fin, sql.open("wb") as fout:
         shutil.copyfileobj(fin, fout, 1 << 20)
+    check_dump(sql)
+    mysql = mysql_argv(run)
     # Nothing is touched before every file has been read and verified.
     run(["systemctl", "stop", "slurmctld.service", "slurmdbd.service"])
-    run(["mysql"], stdin=sql, timeout=DATABASE_TIMEOUT_S)
+    run(mysql, stdin=sql, timeout=DATABASE_TIMEOUT_S)
     uid, gid = _owner(cfg.state_dir, cfg.state_dir.parent)
     cfg.state_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
     for entry in cfg.state_dir.iterdir():
@@ -417,9 +585,9 @@ def restore(cfg: Config, source: str, run: Run = run_command, s3: Any = None,
          str(files / "state.tar.gz")])
     run(["chown", "-R", f"{uid}:{gid}", str(cfg.state_dir)])
     kuid, kgid = _owner(cfg.munge_key, cfg.munge_key.parent)
-    os.chown(key, kuid, kgid)
-    key.chmod(0o400)
-    os.replace(key, cfg.munge_key)
+    os.chown(munge, kuid, kgid)
+    munge.chmod(0o400)
+    os.replace(munge, cfg.munge_key)
     run(["tar", "-C", "/", "--skip-old-files", "-xzf", str(files / "pool.tar.gz")])
     run(["systemctl", "restart", "munge.service"])
     run(["systemctl", "start", "slurmdbd.service"])
