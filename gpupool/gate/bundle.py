@@ -5,9 +5,11 @@ GPU nodes and on the burst image. The node then needs no package index: its gate
 
     PYTHONPATH=<dir>/lib python3 -m gpupool.gate.boot ...
 
-The versions: uv.lock's in a checkout; from an installed gpupool (a pool project made by
-`gpupool init`), gpupool's declared requirements resolved under the versions this
-environment runs, so the nodes' gate has the control host's pydantic, pytest and testinfra.
+The versions: uv.lock's in a checkout, every wheel checked against the lock's hashes
+(uv's --require-hashes: a wheel whose bytes differ is refused); from an installed gpupool
+(a pool project made by `gpupool init`), gpupool's declared requirements resolved under
+the versions this environment runs, so the nodes' gate has the control host's pydantic,
+pytest and testinfra (no lock there, so no hashes to check).
 The archive is deterministic (sorted members, fixed times, owners and modes), so the same
 inputs pack the same bytes and the role's unpacking stays idempotent.
 
@@ -30,6 +32,7 @@ import tempfile
 import tomllib
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import Requirement  # with Ansible on every controller
 
@@ -57,8 +60,9 @@ class BundleError(RuntimeError):
 
 def requirements() -> list[str]:
     """What the archive installs: name==version for `gpupool[gate]` and everything it
-    requires on Linux, from uv.lock in a checkout; else gpupool's declared requirements
-    (resolved by uv under constraints())."""
+    requires on Linux, from uv.lock in a checkout (installed with its hashes: hashed());
+    else gpupool's declared requirements (resolved by uv under constraints(), with no
+    hashes to check: an installed gpupool has no lock)."""
     return _locked() if LOCK.is_file() else _declared()
 
 
@@ -77,6 +81,26 @@ def _locked() -> list[str]:
         todo += [d["name"] for d in packages[name].get("dependencies", [])
                  if "win32" not in d.get("marker", "")]
     return sorted(f"{n}=={packages[n]['version']}" for n in wanted)
+
+
+def hashed(wanted: list[str]) -> list[str]:
+    """wanted as install() takes it: from uv.lock, each `name==version` followed by every
+    wheel hash the lock records for it (`--hash=sha256:...`). The install then runs with
+    --require-hashes, so a wheel whose bytes differ from the lock's (a poisoned cache,
+    mirror or index) is refused, not packed into a gate that runs as root on every GPU
+    node. Without a lock (an installed gpupool), wanted as it is: nothing to check against."""
+    if not LOCK.is_file():
+        return wanted
+    packages = {p["name"]: p for p in tomllib.loads(LOCK.read_text())["package"]}
+    return [_with_hashes(r, packages[r.split("==")[0]]) for r in wanted]
+
+
+def _with_hashes(requirement: str, package: dict[str, Any]) -> str:
+    hashes = sorted({w["hash"] for w in package.get("wheels", []) if w.get("hash")})
+    if not hashes:
+        raise BundleError(f"uv.lock records no wheel hash for {package['name']}: "
+                          "the gate installs only wheels it can verify")
+    return " ".join([requirement, *(f"--hash={h}" for h in hashes)])
 
 
 def _declared() -> list[str]:
@@ -143,9 +167,12 @@ def install(wanted: list[str], pinned: list[str], lib: Path) -> None:
     req, con = lib.parent / "requirements.txt", lib.parent / "constraints.txt"
     req.write_text("\n".join(wanted) + "\n")
     con.write_text("\n".join(pinned) + "\n")
+    # From a lock every line carries its wheels' hashes (hashed()): uv checks
+    # each wheel it installs, from its cache or the index, and refuses one that differs.
+    verify = ["--require-hashes"] if any(" --hash=" in w for w in wanted) else []
     argv = [uv, "pip", "install", "--quiet", "--only-binary", ":all:", "--target", str(lib),
             "--python-version", PYTHON_VERSION, "--python-platform", PLATFORM, "--no-compile",
-            "-r", str(req), *(["-c", str(con)] if pinned else ["--no-deps"])]
+            *verify, "-r", str(req), *(["-c", str(con)] if pinned else ["--no-deps"])]
     # uv's cache already holds these wheels wherever scripts/bootstrap.sh synced the venv
     # from the same uv.lock: no network then. The index only when it does not.
     if subprocess.run([*argv, "--offline"], timeout=INSTALL_TIMEOUT_S, check=False,
@@ -164,7 +191,7 @@ def main(argv: list[str]) -> int:
     out = Path(argv[0]).resolve()
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        wanted, pinned = requirements(), constraints()
+        wanted, pinned = hashed(requirements()), constraints()
         # What the archive is made of, and the archive itself, recorded beside it: the same
         # inputs pack the same bytes, so every play after the first (a re-run, each
         # onboarding) skips the install and the packing (about 4 s) while the archive is
