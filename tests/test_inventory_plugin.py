@@ -152,7 +152,10 @@ def test_bad_connection_settings_are_problems(tmp_path: Path,
     {"ssh_args": "-F /tmp/options"}, {"ssh_args": "-o KnownHostsCommand=/bin/id"},
     {"ssh_args": "-o ConnectTimeout=5;id"}, {"bastion": "-oProxyCommand"},
     {"bastion": "ops@-v"}, {"python_interpreter": "$(id)"}, {"become_method": "sh"},
-    {"become_user": "Root"}, {"private_key_file": "a key"}])
+    {"become_user": "Root"}, {"private_key_file": "a key"},
+    # ... nor skip host key checks (issue 50).
+    {"ssh_args": "-o StrictHostKeyChecking=no"}, {"ssh_args": "-oStrictHostKeyChecking=off"},
+    {"ssh_args": "-o UserKnownHostsFile=/dev/null"}, {"ssh_args": "-o userknownhostsfile=none"}])
 def test_connection_settings_cannot_run_commands_here(settings: dict[str, str]) -> None:
     """A cloned project's stack config reaches ssh's and Ansible's command lines: nothing in
     it may make them run a command on the operator's machine or read other options."""

@@ -119,3 +119,43 @@ def test_a_host_made_by_another_checkout_is_replaced_not_reused(monkeypatch, tmp
     assert hosts.ensure_host(desc, "lab-ctl", "img2") is True
     assert hosts.ensure_host(desc, "lab-ctl", "img2", replace=True) is True
     assert hosts.ensure_host(desc, "lab-ctl", "img2") is False
+
+
+def test_host_keys_are_recorded_per_host_and_verified_by_every_ssh(monkeypatch, tmp_path  # type: ignore[no-untyped-def]
+                                                                   ) -> None:
+    """Issue 50: the lab records each host's key through podman (its trusted channel) and
+    every SSH client it configures (Ansible's, the gate's, its own) verifies it: a host made
+    anew replaces its line; what is not one ed25519 public key is refused."""
+    import subprocess  # noqa: PLC0415
+
+    import pytest  # noqa: PLC0415
+
+    desc = _desc()
+    monkeypatch.setattr(hosts, "lab_dir", lambda _d: tmp_path)
+    keys = {"lab-ctl": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOne root@lab-ctl\n",
+            "lab-gpu1": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAITwo root@lab-gpu1\n"}
+
+    def exec_(_d: Description, node: str, argv: list[str], timeout: float = 120
+              ) -> subprocess.CompletedProcess[str]:
+        assert argv == ["cat", hosts.HOST_KEY_FILE]
+        return subprocess.CompletedProcess(argv, 0, keys[node], "")
+
+    monkeypatch.setattr(hosts, "exec_", exec_)
+    hosts.record_host_key(desc, "lab-ctl")
+    hosts.record_host_key(desc, "lab-gpu1")
+    keys["lab-ctl"] = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAINew root@lab-ctl\n"
+    hosts.record_host_key(desc, "lab-ctl")
+    lines = hosts.known_hosts_path(desc).read_text().splitlines()
+    ctl = ",".join(["lab-ctl", *desc.nodes["lab-ctl"].addresses.values()])
+    assert lines == [
+        f"{','.join(['lab-gpu1', *desc.nodes['lab-gpu1'].addresses.values()])} "
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAITwo",
+        f"{ctl} ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAINew"]
+    for bad in ("ssh-rsa AAAAB3Nza root@x", "ssh-ed25519", "ssh-ed25519 AAAA;id",
+                "ssh-ed25519 AAAA\nlab-ctl ssh-ed25519 EVIL"):
+        keys["lab-ctl"] = bad
+        with pytest.raises(hosts.LabError, match="no ssh-ed25519 public key"):
+            hosts.record_host_key(desc, "lab-ctl")
+    args = " ".join(hosts.ssh_args(desc))
+    assert "StrictHostKeyChecking=yes" in args and "/dev/null" not in args
+    assert f"UserKnownHostsFile={hosts.known_hosts_path(desc)}" in args

@@ -361,9 +361,54 @@ def ensure_backup_key(desc: Description) -> Path:
     return path
 
 
+def known_hosts_path(desc: Description) -> Path:
+    return lab_dir(desc) / "known_hosts"
+
+
+# The key type the lab records and its SSH clients accept: one per host, so a host that
+# offers another type is refused rather than trusted on first use.
+HOST_KEY_TYPE = "ssh-ed25519"
+HOST_KEY_FILE = "/etc/ssh/ssh_host_ed25519_key.pub"
+
+
+def _known_hosts_line(desc: Description, node: str, public_key: str) -> str:
+    """One known_hosts line for a node: its name and every address it is reached at. The
+    key is checked to be one ed25519 public key (type, base64), nothing more."""
+    text = public_key.strip()
+    parts = text.split()
+    plain = len(parts) >= 2 and parts[1].isascii() and all(
+        c.isalnum() or c in "+/=" for c in parts[1])
+    if "\n" in text or not plain or parts[0] != HOST_KEY_TYPE:
+        raise LabError(f"{node}: {HOST_KEY_FILE} holds no {HOST_KEY_TYPE} public key")
+    names = [node, *desc.nodes[node].addresses.values()]
+    return f"{','.join(names)} {parts[0]} {parts[1]}"
+
+
+def record_host_key(desc: Description, node: str) -> None:
+    """Record a host's SSH host key, read through podman (the lab's trusted channel, as a
+    site reads a key from its provisioning or cloud-init's console output), so that every
+    SSH connection to it, Ansible's and the gate's, verifies the host instead of trusting
+    whoever answers at its address. Its former line, a former host's, is replaced."""
+    def read() -> str:
+        proc = exec_(desc, node, ["cat", HOST_KEY_FILE], timeout=30)
+        return proc.stdout if proc.returncode == 0 else ""
+
+    # sshd's unit makes the host keys before it starts (ssh-keygen -A): bounded wait.
+    line = _known_hosts_line(desc, node, wait_for(f"the host key of {node}", read,
+                                                  SSH_WAIT_S))
+    path = known_hosts_path(desc)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    kept = [ln for ln in (path.read_text().splitlines() if path.exists() else [])
+            if ln.split(",", 1)[0].split(" ", 1)[0] != node]
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text("".join(f"{ln}\n" for ln in [*kept, line]))
+    tmp.replace(path)
+
+
 def ssh_args(desc: Description) -> list[str]:
-    return ["-i", str(key_path(desc)), "-o", "StrictHostKeyChecking=no",
-            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+    return ["-i", str(key_path(desc)), "-o", "StrictHostKeyChecking=yes",
+            "-o", f"UserKnownHostsFile={known_hosts_path(desc)}",
+            "-o", f"HostKeyAlgorithms={HOST_KEY_TYPE}", "-o", "LogLevel=ERROR",
             "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
 
 
@@ -582,6 +627,7 @@ def up(desc: Description, report: Report = lambda _m: None, nodes: list[str] | N
             report(f"host {node} did not answer; recreating it")
             fresh[node] = ensure_host(desc, node, image, replace=True)
             wait_for(f"systemd on {node}", booted, BOOT_WAIT_S)
+        record_host_key(desc, node)
         wait_for(f"ssh on {node}", lambda n=node: ssh(desc, n, "true").returncode == 0, SSH_WAIT_S)
         if fresh[node]:
             announce(desc, node)

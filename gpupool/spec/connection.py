@@ -52,6 +52,9 @@ SSH_OPTIONS = frozenset({
     "serveraliveinterval", "stricthostkeychecking", "tcpkeepalive", "user",
     "userknownhostsfile",
 })
+# StrictHostKeyChecking values that verify a host with a recorded key (accept-new records
+# a key the first time only: a new node; a changed key is still refused).
+UNSKIPPED_HOST_KEYS = frozenset({"yes", "accept-new"})
 _SSH_OPTION_RE = re.compile(r"([A-Za-z]+)=([A-Za-z0-9@%._,:/+~-]+)")
 # Ansible's become plugins that escalate on the target (ansible-doc -t become -l).
 BECOME_METHODS = frozenset({"sudo", "su", "doas", "pbrun", "pfexec", "dzdo", "ksu",
@@ -97,9 +100,19 @@ def _ssh_args(value: str) -> str:
         found = _SSH_OPTION_RE.fullmatch(option.removeprefix("-o"))
         if not option.startswith("-o") or not found:
             raise ValueError(f"{option!r} is not an ssh option written -o Key=Value")
-        if found.group(1).lower() not in SSH_OPTIONS:
+        key, setting = found.group(1).lower(), found.group(2)
+        if key not in SSH_OPTIONS:
             raise ValueError(f"ssh option {found.group(1)} is not one a stack may set "
                              "(it runs a command or reads other options)")
+        # Host keys are verified on every connection: a host that is not the one recorded
+        # is refused, never trusted (Ansible runs as root on what answers).
+        if key == "stricthostkeychecking" and setting.lower() not in UNSKIPPED_HOST_KEYS:
+            raise ValueError(f"StrictHostKeyChecking={setting} skips host key checks; "
+                             f"use {' or '.join(sorted(UNSKIPPED_HOST_KEYS))}")
+        if key in ("userknownhostsfile", "globalknownhostsfile") and \
+                setting.lower() in ("/dev/null", "none"):
+            raise ValueError(f"{found.group(1)}={setting} forgets every host key; name the "
+                             "file of the pool's recorded host keys")
     return value
 
 
