@@ -139,15 +139,18 @@ def test_pool_files_a_rebuilt_controller_rendered_are_kept(host: Path) -> None:
 
 
 def test_the_keys_and_the_backups_are_not_in_the_pool_files(host: Path) -> None:
-    cfg = config(host, pool_dirs=[str(host)], staging_dir=str(host / "staging"))
+    (host / "backup.env").write_text("AWS_SECRET_ACCESS_KEY=fixture\n")
+    cfg = config(host, pool_dirs=[str(host)], staging_dir=str(host / "staging"),
+                 exclude=[str(host / "backup.env")])
     path = cb.make_archive(cfg, 1_700_000_000, FixtureHost(), settle_s=0)
     with tarfile.open(path) as outer:
         inner = outer.extractfile("pool.tar.gz")
         assert inner is not None
         with tarfile.open(fileobj=io.BytesIO(inner.read())) as tar:
             names = tar.getnames()
-    assert not any(n.endswith(("backup.key", "manifest.key")) or "/staging/" in n
+    assert not any(n.endswith(("backup.key", "manifest.key", "backup.env")) or "/staging/" in n
                    for n in names)
+    assert any(n.endswith("pool-description.yaml") for n in names)
 
 
 NOW = 1_767_400_000.0  # 2026-01-03T00:26:40Z
@@ -314,7 +317,8 @@ def test_a_wrong_backup_key_is_refused_before_anything_is_touched(host: Path) ->
     {"staging_dir": "/var/lib/gpupool\n/etc"}, {"keep": 0}, {"keep": True},
     {"keep": "2"}, {"interval_s": 5}, {"pool": "lab;rm -rf /"}, {"bucket": "UPPER"},
     {"prefix": "../x/"}, {"endpoint_url": "file:///etc/passwd"}, {"pool_dirs": "/etc"},
-    {"pool_dirs": ["/etc/../root"]}, {"region": "eu-west-1\n"}, {"database": "a b"},
+    {"pool_dirs": ["/etc/../root"]}, {"exclude": "/etc"}, {"exclude": ["rel"]},
+    {"region": "eu-west-1\n"}, {"database": "a b"},
 ], ids=lambda o: next(iter(o)))
 def test_a_malformed_configuration_is_one_line_and_exit_1(
         host: Path, over: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:

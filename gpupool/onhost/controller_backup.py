@@ -12,7 +12,8 @@ A backup is one tar file, `<pool>-<host>-<UTC time>.tar`, holding:
   rebuilt controller with another would be locked out of its own pool;
 - `pool.tar.gz`: the pool's own state on the controller (/etc/gpupool, where the role puts
   the description the pool runs under, and /var/lib/gpupool: gate verdicts, health and
-  idle-reclaim records), the two keys and the backups themselves left out;
+  idle-reclaim records), the two keys, the service's credentials and the backups
+  themselves left out;
 - `manifest.json`: each file's SHA-256 and size, the backup's name, the host, the time,
   Slurm's version;
 - `manifest.hmac`: HMAC-SHA256 of manifest.json's bytes under the manifest key, a root-only
@@ -138,6 +139,8 @@ class Config:
     prefix: str = "controller/"
     region: str | None = None
     endpoint_url: str | None = None
+    # Files under pool_dirs a backup must not carry (the service's root-only credentials).
+    exclude: tuple[Path, ...] = ()
 
 
 def _field(raw: dict[str, Any], key: str, pattern: re.Pattern[str] | None = None,
@@ -168,6 +171,10 @@ def load_config(path: Path) -> Config:
     if not isinstance(dirs, list) or not all(isinstance(d, str) and PATH_RE.fullmatch(d)
                                              for d in dirs):
         raise BackupError("config: pool_dirs must be a list of absolute paths")
+    exclude = raw.get("exclude", [])
+    if not isinstance(exclude, list) or not all(isinstance(d, str) and PATH_RE.fullmatch(d)
+                                                for d in exclude):
+        raise BackupError("config: exclude must be a list of absolute paths")
     textfile = _field(raw, "textfile", PATH_RE, optional=True)
     return Config(
         pool=_field(raw, "pool", SAFE_NAME_RE), host=_field(raw, "host", SAFE_NAME_RE),
@@ -182,7 +189,8 @@ def load_config(path: Path) -> Config:
         bucket=_field(raw, "bucket", BUCKET_RE, optional=True),
         prefix=_field(raw, "prefix", PREFIX_RE, optional=True) or "",
         region=_field(raw, "region", REGION_RE, optional=True),
-        endpoint_url=_field(raw, "endpoint_url", URL_RE, optional=True))
+        endpoint_url=_field(raw, "endpoint_url", URL_RE, optional=True),
+        exclude=tuple(Path(d) for d in exclude))
 
 
 Run = Callable[..., str]
@@ -340,9 +348,10 @@ def make_archive(cfg: Config, now: float, run: Run = run_command,
     key = manifest_key(cfg)  # before the long steps: a missing key fails the backup at once
     run([*SEALED, "-in", str(cfg.munge_key), "-out", str(work / "munge.key.enc"),
          "-pass", f"file:{cfg.key_file}"])
-    # Neither key may reach the bucket: one would decrypt the munge key, the other forge.
+    # Neither key may reach the bucket: one would decrypt the munge key, the other forge;
+    # nor the excluded (the S3 credentials the role writes under /etc/gpupool).
     tar_tree(work / "pool.tar.gz", list(cfg.pool_dirs), Path("/"),
-             (cfg.staging_dir, cfg.key_file, cfg.manifest_key_file))
+             (cfg.staging_dir, cfg.key_file, cfg.manifest_key_file, *cfg.exclude))
     files = {m: {"sha256": sha256(work / m), "bytes": (work / m).stat().st_size}
              for m in DATA}
     try:
