@@ -351,14 +351,21 @@ def ensure_key(desc: Description) -> Path:
     return key
 
 
-def ensure_backup_key(desc: Description) -> Path:
-    path = backup_key_path(desc)
+def ensure_backup_key(desc: Description, path: Path | None = None) -> Path:
+    """A lab key of the controller backups, kept in the lab's folder (a pool keeps its
+    keys in Ansible Vault): the backup's encryption key, or the one its manifest is
+    signed with (manifest_key_path), which a controller rebuilt from bare must have too."""
+    path = path or backup_key_path(desc)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_urlsafe(48))
     return path
+
+
+def manifest_key_path(desc: Description) -> Path:
+    return lab_dir(desc) / "backup-manifest.key"
 
 
 def known_hosts_path(desc: Description) -> Path:
@@ -586,6 +593,8 @@ def write_inventory(desc: Description, mirror_key: str) -> Path:
         # Ansible Vault); the inventory beside it is no more public.
         "controller_backup_upload": False,
         "controller_backup_key": ensure_backup_key(desc).read_text().strip(),
+        "controller_backup_manifest_key": ensure_backup_key(
+            desc, manifest_key_path(desc)).read_text().strip(),
     }, cache_dir=cache_dir())
     path = inventory_path(desc)
     text = "# Written by `gpupool lab up`; regenerated on every run.\n" + ansible_yaml.dump(inv)
