@@ -190,3 +190,18 @@ def test_an_invalid_description_is_a_clean_error(tmp_path: Path) -> None:
     pool.write_text(yaml.safe_dump(data))
     _fails_cleanly(_run(["--list"], project, config=None),
                    "invalid: ", "nodes.lab-gpu1.rack: [")
+
+
+def test_every_ansible_run_verifies_host_keys() -> None:
+    """Issue 50: the checkout's ansible.cfg and every project `gpupool init` writes check
+    host keys. With the check off, Mitogen passes StrictHostKeyChecking=no and
+    UserKnownHostsFile=/dev/null ahead of any ssh_args a stack sets."""
+    import configparser  # noqa: PLC0415
+
+    from gpupool.cli.commands import init  # noqa: PLC0415
+
+    for text in ((ROOT / "ansible.cfg").read_text(),
+                 init.files("pool", "prod", "example")["ansible.cfg"]):
+        cfg = configparser.ConfigParser(interpolation=None)
+        cfg.read_string(text)
+        assert cfg.getboolean("defaults", "host_key_checking") is True

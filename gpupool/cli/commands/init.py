@@ -74,6 +74,12 @@ inventory plugin reads the stack's description at every run, so it is never stal
 How Ansible reaches the nodes (user, bastion, become, SSH arguments) is the stack config's
 `gpupool:connection` section, in `Pulumi.{stack}.yaml`; both carry it.
 
+Ansible verifies every node's SSH host key (`host_key_checking = true`): record the keys
+before the first run, from your provisioning or, for a burst node, the host key lines
+cloud-init prints to its console (`aws ec2 get-console-output`), in `~/.ssh/known_hosts`
+or a file the stack's `ssh_args` name with `-o UserKnownHostsFile=FILE`. A stack cannot
+turn the check off (`StrictHostKeyChecking=no`, `UserKnownHostsFile=/dev/null`).
+
 A policy pack runs in its own folder and Pulumi does not tell it where this project is:
 `GPUPOOL_PROJECT` does. Run the `gpupool` verbs here or in any folder below, Ansible
 here (it reads `./ansible.cfg`). The roles and the playbooks are gpupool's, at {SHARE}; the
