@@ -145,6 +145,26 @@ RESERVED_NAMESPACES = frozenset({
 })
 # Slurm's own names: the root account, the default QOS and partition keywords.
 RESERVED_SLURM_NAMES = frozenset({"root", "normal", "default", "all"})
+# Where controller backups go in their tier's bucket (roles/controller_backup; the IAM
+# policy in gpupool/render/cloud.py, whose BACKUP_PREFIX tests/test_spec_names.py holds
+# equal to this). Teams' checkpoints share such a bucket under "<team>/", so a team named
+# as this prefix would read, overwrite and prune the controller's backups.
+CONTROLLER_BACKUP_PREFIX = "controller/"
+RESERVED_BUCKET_PREFIXES = frozenset({CONTROLLER_BACKUP_PREFIX.rstrip("/")})
+# The Unix groups roles/common makes from the description (common_team_group_prefix and
+# common_role_group_prefix in roles/common/defaults/main.yml; tests/test_spec_names.py holds
+# them in step): "team-<team>" per team, "gpupool-<role>" per member role, and one group
+# per member named as the member.
+TEAM_GROUP_PREFIX = "team-"
+ROLE_GROUP_PREFIX = "gpupool-"
+# The longest user or group name groupadd and useradd accept (shadow-utils, Debian).
+UNIX_NAME_MAX = 32
+# A DNS label, so a host name (a burst group's nodes are <group>-<index>).
+DNS_LABEL_MAX = 63
+# S3 bucket names (AWS's naming rules): 3 to 63 characters, and none starting with a prefix
+# S3 keeps for itself.
+BUCKET_NAME_LENGTH = (3, 63)
+BUCKET_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
 # Directories of the operating system a storage tier must not be mounted over.
 SYSTEM_DIRECTORIES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64",
                       "/libx32", "/proc", "/root", "/run", "/sbin", "/sys", "/usr", "/var")
@@ -166,6 +186,11 @@ MOUNT_OPTIONS = {
 }
 # Slurm's highest partition PriorityTier (slurm.conf(5)): task class priorities map to it.
 SLURM_MAX_PRIORITY_TIER = 65533
+# The largest value a 32-bit Slurm field holds as a number: 0xffffffff is INFINITE and
+# 0xfffffffe NO_VAL (slurm.h). Time limits (MaxTime, MaxWall: minutes), GraceTime (seconds),
+# Fairshare and the counts of a GrpTRES are such fields; the schema's bounds keep every
+# value the description gives them below it (tests/test_spec_bounds.py).
+SLURM_UINT32_MAX = 0xFFFFFFFD
 # The exporters Prometheus (on the controller) scrapes on each node's management address,
 # at the roles' default ports (roles node_exporter and dcgm; tests/test_dcgm.py holds
 # them in step): node_exporter on every node, dcgm-exporter on the GPU nodes.

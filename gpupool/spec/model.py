@@ -15,6 +15,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints
 from pydantic import Strict as StrictType
+from pydantic_core import PydanticCustomError
 
 # A DNS-1123 label: valid as a hostname, a Slurm node/account name and a Kubernetes name.
 NAME_RE = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -23,7 +24,9 @@ Name = Annotated[str, StringConstraints(pattern=NAME_RE)]
 USER_RE = r"^[a-z_][a-z0-9_-]{0,31}$"
 User = Annotated[str, StringConstraints(pattern=USER_RE)]
 # An exact version: digits and dots with an optional suffix; no wildcards, ranges or "latest".
-VERSION_RE = r"^v?\d+(\.\d+){1,3}([-+~][0-9A-Za-z.+~-]+)?$"
+# Digits are ASCII ([0-9], never \d): \d matches any Unicode digit (Arabic-Indic "٣"),
+# which passes a pattern and then breaks apt, AWS or int() downstream.
+VERSION_RE = r"^v?[0-9]+(\.[0-9]+){1,3}([-+~][0-9A-Za-z.+~-]+)?$"
 Version = Annotated[str, StringConstraints(pattern=VERSION_RE)]
 # A version a distribution package carries: Debian's versions never start with "v", so a
 # "v" typed before one is dropped where it enters (apt would find no such version).
@@ -42,15 +45,35 @@ def older_than(version: str, fixed: str) -> bool:
     numbers, suffix = version_key(version)
     floor = version_key(fixed)[0]
     return numbers < floor or (numbers == floor and suffix.startswith("~"))
-DURATION_RE = r"^\d+[smhd]$"
-Duration = Annotated[str, StringConstraints(pattern=DURATION_RE)]
+DURATION_RE = r"^[0-9]+[smhd]$"
 
 _DURATION_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+# The longest duration a description may give. No job limit, interval, window or timeout of
+# a pool is longer than a year: a larger value is a typo. The bound also keeps every value
+# far inside the fields it ends in (Slurm's MaxTime/DefaultTime are 32-bit minutes, its
+# GraceTime 32-bit seconds; Kubernetes and systemd take seconds; tests/test_spec_bounds.py
+# holds this below them). Digits are counted before int() reads them: Python refuses a
+# decimal of over 4,300 digits with a ValueError, which would be an internal error.
+MAX_DURATION_S = 366 * 86400
+MAX_DURATION_DIGITS = len(str(MAX_DURATION_S))  # 8: no spelling of a valid one is longer
 
 
 def duration_seconds(value: str) -> int:
     """'90m' -> 5400."""
     return int(value[:-1]) * _DURATION_SECONDS[value[-1]]
+
+
+def _duration_bounded(value: str) -> str:
+    if len(value) - 1 > MAX_DURATION_DIGITS or duration_seconds(value) > MAX_DURATION_S:
+        raise PydanticCustomError(
+            "duration_range", "a duration is at most {days}d, in at most {digits} digits",
+            {"days": MAX_DURATION_S // 86400, "digits": MAX_DURATION_DIGITS})
+    return value
+
+
+Duration = Annotated[str, StringConstraints(pattern=DURATION_RE),
+                     AfterValidator(_duration_bounded)]
 
 
 def duration_minutes(value: str) -> int:
@@ -90,7 +113,7 @@ Int = Annotated[int, StrictType()]
 Number = Annotated[float, StrictType()]  # an integer is a number too
 
 
-Region = Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")]
+Region = Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9]$")]
 CostCentre = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][-A-Za-z0-9_]{1,63}$")]
 
 
@@ -128,7 +151,7 @@ class MigStrategy(StrEnum):
 
 # A MIG profile as NVIDIA names it (compute slices, memory): "1g.10gb", "7g.141gb". Each
 # is checked against the GPU's profile table (catalog.MIG_GEOMETRIES) by the rules.
-MIG_PROFILE_RE = r"^[1-8]g\.[1-9]\d{0,2}gb$"
+MIG_PROFILE_RE = r"^[1-8]g\.[1-9][0-9]{0,2}gb$"
 MigProfileName = Annotated[str, StringConstraints(pattern=MIG_PROFILE_RE)]
 
 
@@ -201,7 +224,7 @@ class Capacity(StrEnum):
 class BurstGroup(Strict):
     region: Region
     availability_zones: Annotated[list[Annotated[str, StringConstraints(
-        pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")]], Field(min_length=1)]
+        pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9][a-z]$")]], Field(min_length=1)]
     instance_types: Annotated[list[str], Field(min_length=1)]
     capacity: Annotated[list[Capacity], Field(min_length=1)]
     on_demand_base: Annotated[Int, Field(ge=0, le=1000)] = 0
@@ -311,10 +334,13 @@ class Mount(Strict):
                                                    max_length=64)]] = []
 
 
-# An apt repository's base URL as a sources file carries it: http(s) or a local file: path,
-# nothing a deb822 field or a shell would read as more than one value.
-REPO_URL_RE = r"^(https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?|file:)(/[A-Za-z0-9._~%+-]+)*/?$"
-KEY_URL_RE = r"^(https://[A-Za-z0-9.-]+(:[0-9]{1,5})?|file://)(/[A-Za-z0-9._~%+-]+)+$"
+# An apt repository's base URL as a sources file carries it, nothing a deb822 field or a
+# shell would read as more than one value. Only from a server: https, or http since apt
+# checks every index against the Release file the key (https only, below) signs. Never a
+# node's own file (file:, file://): whatever wrote that file on the node would choose the
+# packages, or the key that vouches for them, that the pool then installs as root.
+REPO_URL_RE = r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~%+-]+)*/?$"
+KEY_URL_RE = r"^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~%+-]+)+$"
 # A suite as apt reads it: a codename or a path ("./" for a flat repository).
 APT_SUITE_RE = r"^(\./|[A-Za-z0-9][A-Za-z0-9._/-]{0,63})$"
 APT_COMPONENT_RE = r"^[a-z0-9][a-z0-9._-]{0,31}$"
@@ -330,8 +356,8 @@ class LustreClient(Strict):
     repository: Annotated[str, StringConstraints(pattern=REPO_URL_RE, max_length=512)]
     suite: Annotated[str, StringConstraints(pattern=APT_SUITE_RE)] = "./"
     components: list[Annotated[str, StringConstraints(pattern=APT_COMPONENT_RE)]] = []
-    # The ASCII-armoured public key that signs the repository's Release file (https, or
-    # file:// on the node for an air-gapped pool).
+    # The ASCII-armoured public key that signs the repository's Release file, over https
+    # only (an air-gapped pool serves it from its own mirror's https server).
     key_url: Annotated[str, StringConstraints(pattern=KEY_URL_RE, max_length=512)]
     version: PackageVersion
     # The client's packages, each pinned to `version`: the tools and the kernel modules
@@ -537,4 +563,13 @@ class Description(Strict):
 SEGMENT_NAMES = ("training", "storage", "management")
 # Tiers the cloud side keeps in S3 buckets (scratch stays on the nodes).
 BUCKET_PURPOSES = (Purpose.DATASETS, Purpose.CHECKPOINTS, Purpose.ARCHIVE)
+
+
+def bucket_name(pool: str, tier: str, region: str) -> str:
+    """A bucket tier's S3 bucket: globally unique by pool, tier and home region. The one
+    formula: validation bounds its length (rule `bucket-name`) and the cloud side names
+    the bucket by it (gpupool/render/cloud.py bucket_name)."""
+    return f"{pool}-{tier}-{region}"
+
+
 RE_NAME = re.compile(NAME_RE)

@@ -14,8 +14,12 @@ from itertools import combinations
 
 from gpupool.spec import mig
 from gpupool.spec.catalog import (
+    BUCKET_NAME_LENGTH,
+    BUCKET_RESERVED_PREFIXES,
     BURST_SEGMENT,
+    CONTROLLER_BACKUP_PREFIX,
     DCGM_EXPORTER_PORT,
+    DNS_LABEL_MAX,
     FIXED_IN,
     GPU_MODELS,
     INSTANCE_TYPES,
@@ -23,14 +27,19 @@ from gpupool.spec.catalog import (
     MIG_GEOMETRIES,
     MOUNT_OPTIONS,
     NODE_EXPORTER_PORT,
+    RESERVED_BUCKET_PREFIXES,
     RESERVED_NAMESPACES,
     RESERVED_SLURM_NAMES,
     RESERVED_USERS,
+    ROLE_GROUP_PREFIX,
     SLURM_MAX_PRIORITY_TIER,
     SLURMCTLD_PORT,
     SLURMD_PORT,
     SSH_PORT,
+    SYSTEM_ACCOUNTS,
     SYSTEM_DIRECTORIES,
+    TEAM_GROUP_PREFIX,
+    UNIX_NAME_MAX,
     closed_to_all_flows,
 )
 from gpupool.spec.errors import Problem
@@ -59,6 +68,7 @@ from gpupool.spec.model import (
     ReclaimAction,
     TaskClass,
     Temperature,
+    bucket_name,
     duration_seconds,
     older_than,
     version_key,
@@ -609,11 +619,19 @@ def software(desc: Description) -> Iterator[Problem]:
 
 
 def _reserved_user(user: str) -> bool:
-    return user in RESERVED_USERS or user.startswith(("systemd-", "_"))
+    return (user in RESERVED_USERS or user in SYSTEM_ACCOUNTS
+            or user.startswith(("systemd-", "_")) or _group_clash(user))
+
+
+def _group_clash(user: str) -> bool:
+    """A member's own group is named as the member: one named team-<x> or gpupool-<x> would
+    be, or become, a team's or a member role's group (roles/common)."""
+    return user.startswith((TEAM_GROUP_PREFIX, ROLE_GROUP_PREFIX))
 
 
 def _reserved_team(team: str) -> bool:
-    return team in RESERVED_NAMESPACES or team in RESERVED_SLURM_NAMES
+    return (team in RESERVED_NAMESPACES or team in RESERVED_SLURM_NAMES
+            or team in RESERVED_BUCKET_PREFIXES)
 
 
 @rule("teams", "ids")
@@ -655,14 +673,27 @@ def names(desc: Description) -> Iterator[Problem]:
         owners = [what for names, what in (
             (RESERVED_NAMESPACES, "a Kubernetes system or operator namespace (a team's "
                                   "namespace is named as the team)"),
-            (RESERVED_SLURM_NAMES, "Slurm's own (a team is a Slurm account)")) if team in names]
+            (RESERVED_SLURM_NAMES, "Slurm's own (a team is a Slurm account)"),
+            (RESERVED_BUCKET_PREFIXES, "the controller backups' prefix "
+                                       f"{CONTROLLER_BACKUP_PREFIX} in the bucket where teams "
+                                       "keep checkpoints under <team>/")) if team in names]
         # (_reserved_team says the same for the ids rule.)
         if owners:
             yield Problem(f"teams.{team}", "team-name-reserved",
                           "the name is " + " and ".join(owners), team)
+        if len(group := TEAM_GROUP_PREFIX + team) > UNIX_NAME_MAX:
+            yield Problem(f"teams.{team}", "team-name-length",
+                          f"the team's Unix group {group} would be {len(group)} characters; "
+                          f"groupadd takes at most {UNIX_NAME_MAX} (a team name at most "
+                          f"{UNIX_NAME_MAX - len(TEAM_GROUP_PREFIX)})", team)
         for role, users in t.members.items():
             for i, user in enumerate(users):
-                if _reserved_user(user):
+                if _group_clash(user):
+                    yield Problem(f"teams.{team}.members.{role.value}[{i}]", "user-name-group",
+                                  f"a member's own group is named as the member, and "
+                                  f"{TEAM_GROUP_PREFIX}* and {ROLE_GROUP_PREFIX}* are the "
+                                  "teams' and member roles' groups", user)
+                elif _reserved_user(user):
                     yield Problem(f"teams.{team}.members.{role.value}[{i}]", "user-reserved",
                                   "a system or service account of the nodes, not a person",
                                   user)
@@ -683,6 +714,12 @@ def names(desc: Description) -> Iterator[Problem]:
     # Burst groups name their cloud nodes <group>-<i> and get a switch named as the group.
     generated = {n: g for g, grp in desc.burst_groups.items()
                  for n in (f"{g}-{i}" for i in range(grp.max_nodes))}
+    for g, grp in desc.burst_groups.items():
+        # Each is a host name: a DNS label like any node's name.
+        if grp.max_nodes and len(last := f"{g}-{grp.max_nodes - 1}") > DNS_LABEL_MAX:
+            yield Problem(f"burst_groups.{g}", "burst-node-name-length",
+                          f"its nodes are named up to {last}, {len(last)} characters; a host "
+                          f"name is at most {DNS_LABEL_MAX}", g)
     for node in desc.nodes:
         if node in generated:
             yield Problem(f"nodes.{node}", "node-name-generated",
@@ -723,6 +760,26 @@ def mounts(desc: Description) -> Iterator[Problem]:
         if not remote and mount.source:
             yield Problem(f"{path}.source", "mount-source-unused",
                           f"{mount.fstype.value} mounts take no source", mount.source)
+
+
+@rule("pool", "storage_tiers")
+def buckets(desc: Description) -> Iterator[Problem]:
+    """Each bucket tier's S3 bucket is named by model.bucket_name: S3 refuses a name out of
+    its length or with a prefix it keeps, and the stack would fail only when it is applied."""
+    low, high = BUCKET_NAME_LENGTH
+    for name, tier in desc.storage_tiers.items():
+        if tier.purpose not in BUCKET_PURPOSES:
+            continue
+        bucket = bucket_name(desc.pool.name, name, desc.pool.cloud_region)
+        if not low <= len(bucket) <= high:
+            yield Problem(f"storage_tiers.{name}", "bucket-name-length",
+                          f"its S3 bucket {bucket} would be {len(bucket)} characters; S3 "
+                          f"takes {low} to {high}: shorten the pool or tier name", name)
+    if desc.pool.name.startswith(BUCKET_RESERVED_PREFIXES) and any(
+            t.purpose in BUCKET_PURPOSES for t in desc.storage_tiers.values()):
+        yield Problem("pool.name", "bucket-name-prefix",
+                      "the pool's buckets start with its name, and S3 refuses names starting "
+                      f"with {', '.join(BUCKET_RESERVED_PREFIXES)}", desc.pool.name)
 
 
 @rule("storage_tiers", "lustre_client")
@@ -769,6 +826,31 @@ def ipv4(desc: Description) -> Iterator[Problem]:
             yield Problem(f"network.admin_cidrs[{i}]", "admin-cidr-private",
                           "admin ranges must be private (RFC 1918 and the like): the "
                           "management plane is never open to public addresses", cidr)
+
+
+@rule("network")
+def admin_ranges(desc: Description) -> Iterator[Problem]:
+    """Admin ranges are sources of the management plane (sshd, Slurm's daemons, the
+    exporters): one that covers, or lies in, a training or storage segment, or any cloud
+    block, makes every host there an operator's source, which the firewall keeps them from
+    being. It may lie in the on-prem management segment (operators' hosts live there)."""
+    blocks = [(f"network.segments.{n}.{f}", ipaddress.ip_network(v))
+              for n, s in desc.network.segments.items()
+              for f, v in (("cidr", s.cidr if n != MANAGEMENT_SEGMENT else None),
+                           ("cloud_cidr", s.cloud_cidr)) if v]
+    management = desc.network.segments.get(MANAGEMENT_SEGMENT)
+    if management is not None:  # a block overlapping it is reported as cidr-overlap
+        mgmt = ipaddress.ip_network(management.cidr)
+        blocks = [(w, b) for w, b in blocks if b.version != mgmt.version or not b.overlaps(mgmt)]
+    for i, cidr in enumerate(desc.network.admin_cidrs):
+        admin = ipaddress.ip_network(cidr)
+        if admin.prefixlen == 0 or not admin.is_private:
+            continue  # admin-cidr-not-open, admin-cidr-private: it overlaps everything
+        for where, block in blocks:
+            if admin.version == block.version and admin.overlaps(block):
+                yield Problem(f"network.admin_cidrs[{i}]", "admin-cidr-overlaps-segment",
+                              f"overlaps {where} ({block}): its hosts would reach the "
+                              "management plane as operators do", cidr)
 
 
 @rule("task_classes")
