@@ -80,6 +80,9 @@ def synthetic_raw(nodes: int) -> dict[str, Any]:
                                         "borrowing_limit": {},
                                         "members": {"researcher": [f"user{t:03d}"]}}
                      for t in range(teams)}
+    # The example's operators are admins of teams replaced here: its synthetic teams have
+    # researchers only, so the pool has no operators.
+    data["pool"]["operators"] = []
     # Fixed ids grow with the teams, as a directory's would.
     data["ids"] = {"users": {f"user{t:03d}": 20000 + t for t in range(teams)},
                    "teams": {f"team-{t:03d}": 40000 + t for t in range(teams)}}

@@ -127,6 +127,14 @@ class Pool(Strict):
     domain: Annotated[str, StringConstraints(
         pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$",
         max_length=253)] = "pool.internal"
+    # The pool's operators: team admins who administer every host (sudo on the controllers
+    # and every team's nodes). Any other team admin administers only the nodes their team
+    # owns (roles/common).
+    operators: list[User] = []
+    # Whether a controller may also be a login host: researchers would then have a shell
+    # where slurmctld, the munge key, Prometheus and Alertmanager live. Said here, never
+    # implied by a node's roles (rule controller-login-declared).
+    controller_login: bool = False
 
 
 class LeafSwitch(Strict):

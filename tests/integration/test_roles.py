@@ -30,7 +30,7 @@ from gpupool.paths import DATA
 from gpupool.render import flows
 from gpupool.spec.catalog import MANAGEMENT_PLANE_PORTS, SLURMDBD_PORT, SRUN_PORTS, SSH_PORT
 from gpupool.spec.facts import gpu_nodes
-from gpupool.spec.model import Description, NodeRole
+from gpupool.spec.model import Description, NodeRole, Role
 from tests.conftest import lab_description_path
 from tests.integration.conftest import (
     HOST_GLOBAL_SYSCTLS,
@@ -45,10 +45,31 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def hosts(site: SiteRuns, lab_desc: Description) -> dict[str, Any]:
     key = labmod.key_path(lab_desc)
-    extra = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+    # As Ansible connects: each host's recorded key verified.
+    extra = " ".join(labmod.ssh_args(lab_desc)[2:])
     return {n: testinfra.get_host(f"ssh://root@{node.addresses['management']}",
                                   ssh_identity_file=str(key), ssh_extra_args=extra)
             for n, node in lab_desc.nodes.items()}
+
+
+def test_ssh_reaches_a_host_only_with_its_recorded_key(site: SiteRuns, lab_desc: Description,
+                                                       tmp_path: Path) -> None:
+    """Issue 50: Ansible, the gate and the lab verify each host's key, recorded through
+    podman when the host was made. The recorded keys let every host in; a host answering
+    with another's key (a host put in its place) is refused."""
+    for node in lab_desc.nodes:
+        assert labmod.ssh(lab_desc, node, "true").returncode == 0, node
+    first, second = list(lab_desc.nodes)[:2]
+    lines = labmod.known_hosts_path(lab_desc).read_text().splitlines()
+    keys = {ln.split(",", 1)[0]: ln.split(" ", 1)[1] for ln in lines}
+    swapped = tmp_path / "known_hosts"
+    names = ",".join([first, *lab_desc.nodes[first].addresses.values()])
+    swapped.write_text(f"{names} {keys[second]}\n")
+    args = [a if not a.startswith("UserKnownHostsFile=") else f"UserKnownHostsFile={swapped}"
+            for a in labmod.ssh_args(lab_desc)]
+    proc = subprocess.run(["ssh", *args, f"root@{lab_desc.nodes[first].addresses['management']}",
+                           "true"], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode != 0 and "Host key verification failed" in proc.stderr, proc.stderr
 
 
 def test_converge_succeeds_on_every_host(site: SiteRuns, lab_desc: Description) -> None:
@@ -85,7 +106,21 @@ def test_common_users_groups_and_sudo(hosts: dict[str, Any], lab_desc: Descripti
                 assert f"team-{team}" in groups and f"gpupool-{role.value}" in groups
     assert h.package("chrony").is_installed and h.service("chrony").is_enabled
     assert h.run("visudo -c").rc == 0
-    assert "%gpupool-admin ALL=(ALL:ALL) ALL" in h.file("/etc/sudoers.d/gpupool").content_string
+
+
+def test_team_admins_administer_their_teams_nodes_only(hosts: dict[str, Any],
+                                                      lab_desc: Description) -> None:
+    """A team's admin runs anything with sudo on the nodes their team owns and nowhere
+    else: not on another team's node, not on a controller (the lab declares no pool
+    operators, who would have it everywhere). `sudo -l -U USER CMD` answers for a command
+    without running it."""
+    assert not lab_desc.pool.operators
+    for team, t in lab_desc.teams.items():
+        for admin in t.members.get(Role.ADMIN, []):
+            for name, h in hosts.items():
+                owned = lab_desc.nodes[name].owner_team == team
+                assert (h.run(f"sudo -n -l -U {admin} /bin/sh").rc == 0) == owned, (admin, name)
+    assert any(t.members.get(Role.ADMIN) for t in lab_desc.teams.values())
 
 
 def test_oncall_sudo_is_exact_commands_only(hosts: dict[str, Any], lab_desc: Description
@@ -585,3 +620,19 @@ def test_cli_status_reports_the_running_lab(site: SiteRuns, lab_desc: Descriptio
     assert all((labmod.host_cpu_s(lab_desc, n) or 0) > 1 for n in lab_desc.nodes)
     assert state["networks"] == {labmod.network_name(lab_desc, s): seg.cidr
                                  for s, seg in lab_desc.network.segments.items()}
+
+
+def test_every_system_account_of_a_converged_host_is_one_validation_refuses(
+        site: SiteRuns, lab_desc: Description) -> None:
+    """Issue 50: a member may not be named as a system group or a package's service account
+    (sudo, adm, mysql, munge, slurm, prometheus...). Validation reads them from
+    gpupool/data/system-accounts, made from these hosts' real passwd and group files: a
+    role that brings a new one fails here until the list is made again."""
+    from gpupool.lab import system_accounts  # noqa: PLC0415
+    from gpupool.spec.catalog import SYSTEM_ACCOUNTS  # noqa: PLC0415
+
+    for node in lab_desc.nodes:
+        missing = system_accounts.on_host(lab_desc, node) - SYSTEM_ACCOUNTS
+        assert not missing, (
+            f"{node} has system accounts validation does not know: {sorted(missing)}; run "
+            "`python -m gpupool.lab.system_accounts` on a converged lab (SOURCE.md)")
