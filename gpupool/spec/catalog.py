@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpupool.paths import DATA
+
 
 @dataclass(frozen=True)
 class GpuModel:
@@ -232,3 +234,11 @@ FIXED_IN = {
     "container_toolkit": ("1.17.8", "container escapes CVE-2024-0132, CVE-2025-23359 and "
                                     "CVE-2025-23266 are fixed only from 1.17.8"),
 }
+
+# The system and service accounts (users and groups) of gpupool's converged Debian hosts,
+# read from their real passwd and group files (gpupool/lab/system_accounts.py; SOURCE.md):
+# a member named as one would become, or join, it (sudo, adm, mysql, slurm, munge...).
+SYSTEM_ACCOUNTS_FILE = DATA / "system-accounts" / "debian-12.txt"
+SYSTEM_ACCOUNTS = frozenset(
+    line.strip() for line in SYSTEM_ACCOUNTS_FILE.read_text().splitlines()
+    if line.strip() and not line.startswith("#"))

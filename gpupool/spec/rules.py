@@ -66,6 +66,7 @@ from gpupool.spec.model import (
     NodeRole,
     Purpose,
     ReclaimAction,
+    Role,
     TaskClass,
     Temperature,
     bucket_name,
@@ -998,3 +999,32 @@ def health(desc: Description) -> Iterator[Problem]:
         yield Problem("health.window", "health-window-holds-failures",
                       f"{h.isolate_after} failures {h.interval} apart cannot fall within it",
                       h.window)
+
+
+@rule("pool", "teams")
+def operators(desc: Description) -> Iterator[Problem]:
+    """A pool operator is root on every host: only someone a team already names admin, so
+    the power is visible in the teams and every operator has an account and an id."""
+    admins = {u for t in desc.teams.values() for u in t.members.get(Role.ADMIN, [])}
+    for i, user in enumerate(desc.pool.operators):
+        if user not in admins:
+            yield Problem(f"pool.operators[{i}]", "operator-is-admin",
+                          "a pool operator must be a team's admin (teams.*.members.admin)",
+                          user)
+    if len(set(desc.pool.operators)) != len(desc.pool.operators):
+        yield Problem("pool.operators", "operator-unique", "an operator is listed twice",
+                      desc.pool.operators)
+
+
+@rule("pool", "nodes")
+def controller_login(desc: Description) -> Iterator[Problem]:
+    """Researchers log in to login hosts; a controller holds the pool's secrets and its
+    monitoring. A host that is both exists only where the pool says so."""
+    if desc.pool.controller_login:
+        return
+    for name, node in desc.nodes.items():
+        if {NodeRole.CONTROLLER, NodeRole.LOGIN} <= set(node.roles):
+            yield Problem(f"nodes.{name}.roles", "controller-login-declared",
+                          "a controller that is also a login host gives researchers a shell "
+                          "beside the munge key and the monitoring; split the roles, or say "
+                          "so with pool.controller_login: true", [r.value for r in node.roles])
