@@ -21,6 +21,7 @@ from gpupool.render.node_labels import LABEL_PREFIX
 from gpupool.render.scheduling import team_quotas
 from gpupool.spec.catalog import (
     BURST_SEGMENT,
+    CONTROLLER_BACKUP_PREFIX,
     INSTANCE_TYPES,
     MANAGEMENT_SEGMENT,
     SLURMCTLD_PORT,
@@ -37,6 +38,7 @@ from gpupool.spec.model import (
     StorageTier,
     Temperature,
 )
+from gpupool.spec.model import bucket_name as model_bucket_name
 
 # Tag keys on every taggable AWS resource; Kubernetes objects carry the same as labels.
 TAG_POOL, TAG_TEAM, TAG_COST_CENTRE = "pool", "team", "cost-centre"
@@ -336,8 +338,9 @@ def burst_image_name(desc: Description, region: str) -> str:
 
 
 def bucket_name(desc: Description, tier: str) -> str:
-    """Globally unique by pool, tier and home region."""
-    return f"{desc.pool.name}-{tier}-{desc.pool.cloud_region}"
+    """Globally unique by pool, tier and home region (the spec's one formula, whose length
+    validation bounds)."""
+    return model_bucket_name(desc.pool.name, tier, desc.pool.cloud_region)
 
 
 def tier_of_bucket(desc: Description, bucket: str) -> str | None:
@@ -712,7 +715,7 @@ def burst_launch_policy(desc: Description, account: str, role_arns: list[str],
 
 
 # Where controller backups go in their tier's bucket (roles/controller_backup).
-BACKUP_PREFIX = "controller/"
+BACKUP_PREFIX = CONTROLLER_BACKUP_PREFIX
 
 
 def controller_backup_policy(desc: Description, tier: str, key_arn: str) -> dict[str, Any]:

@@ -36,7 +36,7 @@ _WORD_RE = re.compile(r"[^\s'\"]+")
 # [user@]host[:port], comma-separated for several hops (as ssh -J takes them). Neither a
 # user nor a host may start with '-': ssh would read it as an option of the jump's ssh.
 _NAME = r"[A-Za-z0-9._][A-Za-z0-9._-]*"
-_HOP = rf"({_NAME}@)?({_NAME}|\[[0-9A-Fa-f:.]+\])(:\d{{1,5}})?"
+_HOP = rf"({_NAME}@)?({_NAME}|\[[0-9A-Fa-f:.]+\])(:[0-9]{{1,5}})?"
 _BASTION_RE = re.compile(rf"{_HOP}(,{_HOP})*")
 _PATH_RE = re.compile(r"/[A-Za-z0-9._+/-]*")
 # The ssh options a stack may add (ssh_config(5) keywords), as `-o Key=Value`: how to
