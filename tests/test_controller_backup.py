@@ -9,6 +9,7 @@ about the real services comes from the lab test (tests/integration/test_controll
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import gzip
 import hashlib
@@ -16,6 +17,7 @@ import io
 import json
 import tarfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -198,11 +200,18 @@ def test_last_modified_orders_before_the_name(host: Path) -> None:
     assert cb.to_prune(cfg, {old: NOW - 10, new: NOW - 20}, NOW) == [new]
 
 
-def test_backups_go_to_the_bucket_and_the_oldest_beyond_keep_are_pruned(host: Path) -> None:
+@contextlib.contextmanager
+def _bucket() -> Iterator[Any]:
+    """The backup tier's bucket in a local S3 (moto), empty."""
     with mock_aws():
         s3 = boto3.client("s3", region_name="eu-west-1")
         s3.create_bucket(Bucket=BUCKET,
                          CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+        yield s3
+
+
+def test_backups_go_to_the_bucket_and_the_oldest_beyond_keep_are_pruned(host: Path) -> None:
+    with _bucket() as s3:
         s3.put_object(Bucket=BUCKET, Key="controller/other-ctl-20200101T000000Z.tar", Body=b"")
         cfg = config(host, bucket=BUCKET, keep=2)
         taken = [cb.backup(cfg, t, FixtureHost(), s3, settle_s=0)["backup"]
@@ -518,10 +527,7 @@ def test_the_client_runs_sandboxed_where_it_can(host: Path) -> None:
 
 
 def test_a_far_future_object_in_the_bucket_is_neither_latest_nor_prunes(host: Path) -> None:
-    with mock_aws():
-        s3 = boto3.client("s3", region_name="eu-west-1")
-        s3.create_bucket(Bucket=BUCKET,
-                         CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+    with _bucket() as s3:
         planted = "controller/lab-lab-ctl-20991231T235959Z.tar"
         s3.put_object(Bucket=BUCKET, Key=planted, Body=b"not a backup")
         cfg = config(host, bucket=BUCKET, keep=2)
@@ -535,10 +541,7 @@ def test_a_far_future_object_in_the_bucket_is_neither_latest_nor_prunes(host: Pa
 
 
 def test_remote_objects_carry_s3s_time(host: Path) -> None:
-    with mock_aws():
-        s3 = boto3.client("s3", region_name="eu-west-1")
-        s3.create_bucket(Bucket=BUCKET,
-                         CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+    with _bucket() as s3:
         s3.put_object(Bucket=BUCKET, Key="controller/lab-lab-ctl-20991231T235959Z.tar", Body=b"")
         s3.put_object(Bucket=BUCKET, Key="controller/deeper/x.tar", Body=b"")
         [(name, modified)] = cb.remote_objects(config(host, bucket=BUCKET), s3).items()

@@ -248,9 +248,9 @@ def test_a_drained_node_alerts_the_webhook_and_resolves(pool: slurm_cluster.Slur
             assert firing[0]["annotations"]["runbook"] == "runbooks/node-failure.md"
             # The webhook's URL is the service's to read, not a researcher's who logs in
             # here (a chat or paging URL often carries its token).
-            config = "/etc/prometheus/alertmanager.yml"
+            config = f"{MONITORING['monitoring_config_dir']}/alertmanager.yml"
             assert pool.sh(f"stat -c '%a %U %G' {config}").split() == [
-                "640", "root", "prometheus"]
+                "640", "root", MONITORING["monitoring_user"]]
             researcher = next(u for t in pool.desc.teams.values()
                               for u in t.members.get(Role.RESEARCHER, []))
             assert pool.sh(f"runuser -u {researcher} -- cat {config} >/dev/null 2>&1"
@@ -406,6 +406,9 @@ def explained(what: str, probe: Callable[[], T | None], evidence: Callable[[], s
 
 
 # Where role storage has the collector write: its public default, not a second copy.
+# The monitoring role's paths and service user on Debian.
+MONITORING = yaml.safe_load((Path(__file__).resolve().parents[2]
+                             / "roles/monitoring/vars/Debian.yml").read_text())
 TEXTFILE = (yaml.safe_load((Path(__file__).resolve().parents[2] / "roles/storage/defaults/"
                             "main.yml").read_text())["storage_checkpoint_age_textfile_dir"]
             + "/gpupool_checkpoint_age.prom")
