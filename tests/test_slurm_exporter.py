@@ -6,6 +6,7 @@ runs against the lab's real Slurm in tests/integration/test_monitoring_lab.py.""
 from __future__ import annotations
 
 import json
+import os
 import re
 import urllib.error
 import urllib.request
@@ -302,3 +303,114 @@ def test_the_exporter_serves_metrics_and_service_discovery_over_http() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+# The two halves (PrivateData=jobs): the privileged one writes the snapshot, the serving one
+# answers the job and node commands from it and runs nothing else that PrivateData hides.
+
+def snapshot_of(slurm: FakeSlurm, directory: Path, taken: float = NOW) -> Path:
+    directory.mkdir(mode=0o750, exist_ok=True)
+    directory.chmod(0o750)
+    ex.write_snapshot(str(directory), run=slurm, clock=lambda: taken)
+    return directory / ex.SNAPSHOT_NAME
+
+
+def from_snapshot(path: Path, fallback: FakeSlurm, max_age: float = 60.0) -> ex.SlurmCollector:
+    started = datetime(2026, 12, 1, 0, 45).timestamp()
+    run = ex.SnapshotRun(str(path), max_age=max_age, clock=lambda: NOW, run=fallback)
+    return ex.SlurmCollector(run=run, clock=lambda: NOW, started=started)
+
+
+def served(collector: ex.SlurmCollector) -> list[tuple[str, dict[str, str], float]]:
+    return sorted((s for s in samples(collector) if s[0] != "gpupool_exporter_collect_seconds"),
+                  key=repr)
+
+
+def test_a_snapshot_serves_the_same_series_as_the_commands(tmp_path: Path) -> None:
+    privileged, unprivileged = FakeSlurm(), FakeSlurm()
+    path = snapshot_of(privileged, tmp_path / "snap")
+    c = from_snapshot(path, unprivileged)
+    assert served(c) == served(collector())
+    # The privileged half ran exactly the snapshot's fixed command lines, read-only ones.
+    assert privileged.calls == list(ex.SNAPSHOT.values())
+    assert [a[:2] for a in privileged.calls] == [
+        ["squeue", "-h"], ["scontrol", "-d"], ["sinfo", "-h"], ["sacct", "-a"]]
+    # The serving half ran none of the commands PrivateData=jobs hides, only what it leaves
+    # visible to anyone: hostname expansion (and, for service discovery, the cloud nodes).
+    assert {a[0] for a in unprivileged.calls} <= {"scontrol"}
+    assert all(a[:3] == ["scontrol", "show", "hostnames"] for a in unprivileged.calls)
+    assert c.cloud_nodes() == collector().cloud_nodes()
+    assert unprivileged.calls[-1] == ex.SINFO_CLOUD
+
+
+def test_finished_runs_are_counted_once_across_overlapping_snapshot_windows(
+        tmp_path: Path) -> None:
+    path = snapshot_of(FakeSlurm(), tmp_path / "snap")
+    c = from_snapshot(path, FakeSlurm())
+    first = values(c, "gpupool_jobs_finished_total")
+    snapshot_of(FakeSlurm(), tmp_path / "snap")  # the next window holds the same runs
+    assert values(c, "gpupool_jobs_finished_total") == first
+    assert sum(v for _, v in first) == 4
+
+
+def test_a_stale_missing_or_malformed_snapshot_is_up_zero(tmp_path: Path, caplog) -> None:
+    path = snapshot_of(FakeSlurm(), tmp_path / "snap", taken=NOW - 61)
+    got = samples(from_snapshot(path, FakeSlurm()))
+    assert ("gpupool_slurm_up", {}, 0.0) in got
+    assert ("gpupool_exporter_errors_total", {"command": "squeue"}, 1.0) in got
+    assert "61 s ago" in caplog.text
+    assert ("gpupool_slurm_up", {}, 1.0) in samples(from_snapshot(path, FakeSlurm(), 120))
+    for text in (b"", b"{}", b'{"taken": 1, "outputs": {"squeue": 1}, "errors": {}}',
+                 b'{"taken": "NaN", "outputs": {}, "errors": {}}'):
+        path.write_bytes(text)
+        assert ("gpupool_slurm_up", {}, 0.0) in samples(from_snapshot(path, FakeSlurm()))
+    path.unlink()
+    assert ("gpupool_slurm_up", {}, 0.0) in samples(from_snapshot(path, FakeSlurm()))
+
+
+def test_a_command_failing_in_the_privileged_half_is_up_zero(tmp_path: Path, caplog) -> None:
+    down = FakeSlurm()
+    down.down = True
+    path = snapshot_of(down, tmp_path / "snap")
+    assert "Unable to contact slurm controller" in caplog.text  # the privileged half's log
+    got = samples(from_snapshot(path, FakeSlurm()))
+    assert ("gpupool_slurm_up", {}, 0.0) in got
+    assert not [n for n, _, _ in got if n == "gpupool_job_gpu_allocated"]
+
+
+def test_the_snapshot_is_never_written_or_read_through_a_link(tmp_path: Path) -> None:
+    victim = tmp_path / "passwd"
+    victim.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    snap = tmp_path / "snap"
+    snap.mkdir(mode=0o750)
+    snap.chmod(0o750)
+    planted = snap / ex.SNAPSHOT_NAME
+    planted.symlink_to(victim)
+    ex.write_snapshot(str(snap), run=FakeSlurm(), clock=lambda: NOW)
+    assert victim.read_text() == "root:x:0:0:root:/root:/bin/bash\n"  # replaced, not followed
+    assert not planted.is_symlink() and json.loads(planted.read_text())["taken"] == NOW
+    linked = tmp_path / "linked"
+    linked.symlink_to(snap)
+    with pytest.raises(ex.prom_textfile.Refused):
+        ex.write_snapshot(str(linked), run=FakeSlurm(), clock=lambda: NOW)
+    snap.chmod(0o770)  # a directory its (non-root) group may write: refused, not written
+    before = planted.read_bytes()
+    if os.stat(snap).st_gid != 0:
+        with pytest.raises(ex.prom_textfile.Refused):
+            ex.write_snapshot(str(snap), run=FakeSlurm(), clock=lambda: NOW + 1)
+        assert planted.read_bytes() == before
+    snap.chmod(0o750)
+    # The serving half opens no link either: one planted at the snapshot's name is refused.
+    planted.unlink()
+    planted.symlink_to(victim)
+    assert ("gpupool_slurm_up", {}, 0.0) in samples(from_snapshot(planted, FakeSlurm()))
+
+
+def test_the_privileged_program_exits_one_and_writes_nothing_where_refused(
+        tmp_path: Path) -> None:
+    target = tmp_path / "real"
+    target.mkdir(mode=0o750)
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    assert ex.main(["--write-snapshot", str(link)]) == 1
+    assert list(target.iterdir()) == []

@@ -26,8 +26,24 @@ endpoint): no inventory knows a burst node's address, which its instance gets at
 the resume program gives Slurm (NodeAddr); Slurm's cloud nodes that are powered up, at that
 address, are the targets, with their node name as the `node` label on-prem targets carry.
 
-    python3 slurm_exporter.py --listen 127.0.0.1:9815     # serve
+Two halves, for slurm.conf's PrivateData=jobs (render/slurm.py): with it, Slurm lists
+others' jobs only to root, SlurmUser, AdminLevel operators and coordinators, and every one of
+those may also change jobs (Slurm has no read-only level; a slurmrestd token carries its
+user's powers too). So the process that serves HTTP never holds that view:
+
+- the privileged half (--write-snapshot DIR), run as root by a oneshot timer, sandboxed,
+  takes no input but its fixed command lines (SNAPSHOT), runs them and writes their output
+  as one JSON file (SNAPSHOT_NAME) without following links (prom_textfile, beside this
+  file), in a directory only root writes and only the exporter's group reads;
+- the serving half (--snapshot FILE), unprivileged, answers those commands from the file
+  (SnapshotRun), and runs as itself only what PrivateData does not hide: the cloud nodes'
+  sinfo and `scontrol show hostnames`. A snapshot older than --max-age, or one whose
+  command failed, is `gpupool_slurm_up 0`, like Slurm not answering.
+
+    python3 slurm_exporter.py --listen 127.0.0.1:9815     # serve, running the commands
     python3 slurm_exporter.py --once                      # print one scrape and exit
+    python3 slurm_exporter.py --write-snapshot DIR        # privileged half: one snapshot
+    python3 slurm_exporter.py --snapshot DIR/slurm.json --listen ...   # serving half
 """
 
 from __future__ import annotations
@@ -37,6 +53,7 @@ import ipaddress
 import json
 import logging
 import math
+import os
 import re
 import socket
 import subprocess
@@ -47,6 +64,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from socketserver import ThreadingMixIn
 from typing import Any
 from urllib.parse import parse_qs
@@ -60,6 +78,12 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
+
+# The privileged half writes its snapshot without following a planted link (see there).
+try:  # in the package: the tests, the lab's control host
+    from gpupool.onhost import prom_textfile
+except ImportError:  # on the controller, where role slurm_exporter copies it beside this file
+    import prom_textfile  # type: ignore[no-redef]
 
 log = logging.getLogger("gpupool-slurm-exporter")
 
@@ -80,6 +104,17 @@ SD_PATH = "/sd/cloud-nodes"  # ?port=N: Prometheus http_sd targets, that port on
 SACCT = ["sacct", "-a", "-X", "-D", "-n", "-P", "-o",
          "JobID,Account,Partition,State,Eligible,Start,End"]
 
+# The snapshot: the four commands whose answers PrivateData=jobs hides from the exporter's
+# own user (sinfo's with them, so that nodes and jobs are of one moment). sacct over a fixed
+# window, not from a cursor: the privileged half keeps no state and reads nothing the
+# serving half writes, and the serving half counts each run once however the windows
+# overlap (Finished), so one missed timer run or a slow one loses nothing.
+SACCT_WINDOW = [*SACCT, "-s", FINISHED, "-S", "now-15minutes", "-E", "now"]
+SNAPSHOT = {"squeue": SQUEUE, "jobs": SCONTROL_JOBS, "nodes": SINFO, "finished": SACCT_WINDOW}
+SNAPSHOT_NAME = "slurm.json"
+SNAPSHOT_MAX_BYTES = 64 << 20
+SNAPSHOT_MAX_AGE_S = 60.0
+
 Run = Callable[[list[str]], str]
 
 
@@ -96,6 +131,77 @@ def run_command(argv: list[str]) -> str:
     if proc.returncode != 0:
         raise SlurmUnavailable(f"{argv[0]} exited {proc.returncode}: {proc.stderr.strip()[:300]}")
     return proc.stdout
+
+
+def take_snapshot(run: Run = run_command, clock: Callable[[], float] = time.time) -> bytes:
+    """The privileged half's one run: each SNAPSHOT command's output, or why it failed."""
+    outputs: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    for key, argv in SNAPSHOT.items():
+        try:
+            outputs[key] = run(argv)
+        except SlurmUnavailable as exc:  # the serving half reports it: gpupool_slurm_up 0
+            log.error("snapshot: %s", exc)
+            errors[key] = str(exc)[:300]
+    return json.dumps({"taken": clock(), "outputs": outputs, "errors": errors}).encode()
+
+
+def write_snapshot(directory: str, run: Run = run_command,
+                   clock: Callable[[], float] = time.time) -> None:
+    """take_snapshot into directory/SNAPSHOT_NAME, never through a link (prom_textfile:
+    a directory anyone but root may write is refused, nothing is written)."""
+    prom_textfile.write(Path(directory), SNAPSHOT_NAME, take_snapshot(run, clock))
+
+
+class SnapshotRun:
+    """The serving half's Run: the SNAPSHOT commands answered from the file the privileged
+    half wrote (SlurmUnavailable when it is missing, malformed, older than max_age, or
+    records that command failing); any other command run as this user (run)."""
+
+    def __init__(self, path: str, max_age: float = SNAPSHOT_MAX_AGE_S,
+                 clock: Callable[[], float] = time.time, run: Run = run_command) -> None:
+        self.path, self.max_age, self.clock, self.fallback = path, max_age, clock, run
+
+    @staticmethod
+    def key(argv: list[str]) -> str | None:
+        if argv[:len(SACCT)] == SACCT:  # the collector asks from its cursor; any window does
+            return "finished"
+        return next((k for k, a in SNAPSHOT.items() if a == argv), None)
+
+    def load(self) -> dict[str, Any]:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as f:
+                data = f.read(SNAPSHOT_MAX_BYTES + 1)
+        except OSError as exc:
+            raise SlurmUnavailable(f"snapshot {self.path}: {exc.strerror or exc}") from exc
+        try:
+            if len(data) > SNAPSHOT_MAX_BYTES:
+                raise ValueError("too large")
+            snap = json.loads(data)
+            taken = float(snap["taken"])
+            outputs, errors = snap["outputs"], snap["errors"]
+            if not (isinstance(outputs, dict) and isinstance(errors, dict) and all(
+                    isinstance(v, str) for v in (*outputs.values(), *errors.values()))):
+                raise ValueError("outputs and errors must map names to text")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SlurmUnavailable(f"snapshot {self.path}: malformed ({exc})") from exc
+        age = self.clock() - taken
+        if not math.isfinite(age) or age > self.max_age or age < -self.max_age:
+            raise SlurmUnavailable(f"snapshot {self.path}: taken {age:.0f} s ago, "
+                                   f"more than {self.max_age:.0f}")
+        return {"outputs": outputs, "errors": errors}
+
+    def __call__(self, argv: list[str]) -> str:
+        key = self.key(argv)
+        if key is None:
+            return self.fallback(argv)
+        snap = self.load()
+        if key in snap["errors"]:
+            raise SlurmUnavailable(f"{argv[0]} (snapshot): {snap['errors'][key]}")
+        if key not in snap["outputs"]:
+            raise SlurmUnavailable(f"{argv[0]}: not in the snapshot")
+        return snap["outputs"][key]
 
 
 def timestamp(value: str) -> float | None:
@@ -472,9 +578,23 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--listen", default="127.0.0.1:9815", help="ADDRESS:PORT to serve on")
     p.add_argument("--once", action="store_true", help="print one scrape and exit")
+    p.add_argument("--snapshot", metavar="FILE",
+                   help="answer the job and node commands from this snapshot")
+    p.add_argument("--max-age", type=float, default=SNAPSHOT_MAX_AGE_S, metavar="SECONDS",
+                   help="a snapshot older than this is Slurm not answering")
+    p.add_argument("--write-snapshot", metavar="DIR",
+                   help=f"run the job and node commands once, write DIR/{SNAPSHOT_NAME}, exit")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    collector = SlurmCollector()
+    if args.write_snapshot:
+        try:
+            write_snapshot(args.write_snapshot)
+        except OSError as exc:  # prom_textfile.Refused too: nothing written
+            log.error("snapshot not written: %s", exc)
+            return 1
+        return 0
+    collector = SlurmCollector(SnapshotRun(args.snapshot, args.max_age) if args.snapshot
+                               else run_command)
     if args.once:
         from prometheus_client import generate_latest  # noqa: PLC0415
         registry = CollectorRegistry()
