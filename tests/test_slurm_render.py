@@ -255,15 +255,25 @@ def test_the_fixture_devices_file_is_the_one_gres_conf_reads() -> None:
     assert slurm.plan(loader.load_stack("example"))["fixture_devices"] == {}
 
 
-def test_researchers_see_only_their_own_usage_users_and_accounts(desc) -> None:
-    """PrivateData hides other users' usage, users, accounts and reservations from everyone
-    but root, SlurmUser and operators (not jobs yet: the exporter lists them unprivileged);
-    `cloud` (burst nodes listed while powered down) is added where the pool bursts. One
-    line: Slurm would keep only the last."""
-    private = "PrivateData=accounts,reservations,usage,users"
+def test_researchers_see_only_their_own_jobs_usage_users_and_accounts(desc) -> None:
+    """PrivateData hides other users' jobs, usage, users, accounts and reservations from
+    everyone but root, SlurmUser and operators (and coordinators, their accounts'): the
+    scheduler exporter reads every job from root's snapshot instead
+    (tests/test_slurm_exporter_role.py); `cloud` (burst nodes listed while powered down) is
+    added where the pool bursts. One line: Slurm would keep only the last."""
+    private = "PrivateData=accounts,jobs,reservations,usage,users"
     assert desc.burst_groups  # both stacks burst
     assert [ln for ln in slurm.slurm_conf(desc) if ln.startswith("PrivateData")] == [
         private + ",cloud"]
     onprem = desc.model_copy(update={"burst_groups": {}})
     assert [ln for ln in slurm.slurm_conf(onprem) if ln.startswith("PrivateData")] == [
         private]
+
+
+def test_slurmdbd_hides_the_same_from_sacct_and_sacctmgr() -> None:
+    """sacct and sacctmgr ask slurmdbd, which applies its own PrivateData, not slurm.conf's:
+    without it `sacct -a` would list every team's jobs to anyone. The same flags (`cloud` is
+    no slurmdbd flag), once."""
+    text = (ROOT / "roles" / "slurm" / "templates" / "slurmdbd.conf.j2").read_text()
+    assert [ln for ln in text.splitlines() if ln.startswith("PrivateData")] == [
+        "PrivateData=" + ",".join(slurm.PRIVATE_DATA)]

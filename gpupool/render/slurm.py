@@ -64,12 +64,14 @@ BURST_CAPACITY_BLACKOUT_S = 600
 # pools sharing a filer never share a queue.
 STATE_DIR = "{mount}/slurmctld-{pool}"
 BILLING = "CPU=0,GRES/gpu=1"  # fairshare on GPU-seconds only
-# slurm.conf PrivateData (Slurm 22.05): what a user sees of others' usage (sprio, sshare),
-# users and accounts (sacctmgr) and reservations is nothing. Not `jobs` yet: the scheduler
-# exporter (roles/slurm_exporter) lists every job as its own unprivileged user, and with
-# `jobs` only root, SlurmUser, operators and coordinators see others' jobs: hiding them
-# waits for the exporter to get that view without those powers (README, security table).
-PRIVATE_DATA = ("accounts", "reservations", "usage", "users")
+# slurm.conf PrivateData (Slurm 22.05): what a user sees of others' jobs (squeue, scontrol
+# show job), usage (sprio, sshare), users and accounts and reservations is nothing; the slurm
+# role's slurmdbd.conf carries the same flags, for sacct and sacctmgr (slurmdbd answers them
+# by its own PrivateData). Only root, SlurmUser, AdminLevel operators and coordinators (their
+# accounts') see others' jobs, and each may also change them, so the scheduler exporter
+# (roles/slurm_exporter) never lists jobs as itself: root's sandboxed snapshot runs the
+# fixed read-only commands and the unprivileged exporter serves from it.
+PRIVATE_DATA = ("accounts", "jobs", "reservations", "usage", "users")
 GPU_DEVICE = "/dev/nvidia{}"
 # Lab only: the character devices standing in for GPUs take the NVIDIA driver's own major
 # for /dev/nvidia<N>, so slurmd counts them where gres.conf names them.
