@@ -72,9 +72,11 @@ def test_the_description_s_rule_reaches_the_controller_in_seconds() -> None:
     assert plan == {"interactive": {"after_s": 1800, "warn_s": 600, "action": "cancel",
                                     "threshold_percent": 0}}
     assert inventory.pool_vars(desc)["gpupool_idle_reclaim"] == plan
-    url, rules = ir.load_config(json.dumps({"prometheus": "http://10.0.0.1:9090",
-                                            "classes": plan}))
-    assert url == "http://10.0.0.1:9090"
+    auth = {"user": "gpupool", "password_file": "/etc/prometheus/web/password",
+            "ca_file": "/etc/prometheus/web/tls.crt"}
+    endpoint, rules = ir.load_config(json.dumps({"prometheus": "https://10.0.0.1:9090",
+                                                 "auth": auth, "classes": plan}))
+    assert endpoint == ir.Endpoint("https://10.0.0.1:9090", **auth)
     assert rules == {"interactive": ir.Rule(1800, 600, "cancel", 0)}
 
 
@@ -218,7 +220,7 @@ def prometheus() -> Iterator[http.server.HTTPServer]:
 def test_queries_read_prometheus_s_vector_and_refuse_anything_else(
         prometheus: http.server.HTTPServer) -> None:
     url = f"http://127.0.0.1:{prometheus.server_address[1]}"
-    query = ir.prometheus_query(url)
+    query = ir.prometheus_query(ir.Endpoint(url))
     result = [{"metric": {"hpc_job": "41"}, "value": [1, "0"]},
               {"metric": {"hpc_job": "42"}, "value": [1, "NaN-ish"]}]
     answer = {"status": "success", "data": {"resultType": "vector", "result": result}}

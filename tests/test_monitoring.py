@@ -86,7 +86,8 @@ def test_burst_nodes_node_and_dcgm_exporters_are_discovered_through_slurm(tmp_pa
         monitoring_config_dir="/etc/gpupool/monitoring", monitoring_address="10.0.0.1",
         monitoring_alertmanager_port=9093, monitoring_prometheus_port=9090,
         monitoring_slurm_exporter_port=9815, monitoring_node_exporter_port=9100,
-        monitoring_dcgm_exporter_port=9400)
+        monitoring_dcgm_exporter_port=9400, monitoring_tls_cert="/etc/prometheus/web/tls.crt",
+        monitoring_web_user="gpupool", monitoring_web_password_file="/etc/prometheus/web/pw")
     jobs = {j["job_name"]: j for j in yaml.safe_load(text)["scrape_configs"]}
     assert {name: [c["url"] for c in job.get("http_sd_configs", [])]
             for name, job in jobs.items()} == {

@@ -16,14 +16,34 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from gpupool.lab import hosts
-from gpupool.paths import ANSIBLE_CONFIG, PROJECT_ROOT
+from gpupool.paths import ANSIBLE_CONFIG, PROJECT_ROOT, SHARE
 from gpupool.render import slurm
 from gpupool.spec.facts import controller
 from gpupool.spec.model import Description
 
 PLAYBOOK_TIMEOUT_S = 1200
 JOB_SCRIPT = "/var/lib/gpupool/jobs/job.sh"  # on the controller; sbatch copies it
+# GET URL [CA_FILE USER PASSWORD_FILE] on a lab host: the body, or an exception (exit 1).
+HTTP_GET = """import base64, ssl, sys, urllib.request
+url, ca, user, password_file = sys.argv[1:5]
+request = urllib.request.Request(url)
+if user:
+    with open(password_file) as f:
+        secret = (user + ":" + f.read().strip()).encode()
+    request.add_header("Authorization", "Basic " + base64.b64encode(secret).decode())
+context = ssl.create_default_context(cafile=ca) if ca else None
+print(urllib.request.urlopen(request, timeout=20, context=context).read().decode())
+"""
+
+
+def monitoring_web() -> dict[str, Any]:
+    """Role monitoring's public defaults: the certificate its clients trust, the user and
+    the password file they log in with (read where the roles are, not typed again)."""
+    path = SHARE / "roles" / "monitoring" / "defaults" / "main.yml"
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
 class SlurmLabError(RuntimeError):
@@ -61,12 +81,18 @@ class SlurmLab:
                                 f"{proc.stderr}{proc.stdout}")
         return proc.stdout
 
-    def http_get(self, port: int, path: str) -> str:
+    def http_get(self, port: int, path: str, *, monitoring: bool = False) -> str:
         """GET path from a service on the controller's management address (where the
-        roles bind them, not loopback), asked from the controller itself."""
-        url = f"http://{self.desc.nodes[self.ctl].addresses['management']}:{port}{path}"
-        return self.sh("python3 -c 'import sys, urllib.request; print(urllib.request.urlopen("
-                       f"sys.argv[1], timeout=20).read().decode())' {shlex.quote(url)}")
+        roles bind them, not loopback), asked from the controller itself; with monitoring,
+        over TLS and basic auth, logged in as role monitoring's clients are to Prometheus
+        and Alertmanager (its certificate and password file, from its public defaults)."""
+        url = (f"{'https' if monitoring else 'http'}://"
+               f"{self.desc.nodes[self.ctl].addresses['management']}:{port}{path}")
+        auth = [monitoring_web()[k] for k in ("monitoring_tls_cert", "monitoring_web_user",
+                                           "monitoring_web_password_file")] \
+            if monitoring else ["", "", ""]
+        return self.sh(f"python3 -c {shlex.quote(HTTP_GET)} "
+                       + " ".join(shlex.quote(a) for a in (url, *auth)))
 
     def write(self, path: str, text: str, node: str | None = None, *,
               newline: bool = True) -> None:

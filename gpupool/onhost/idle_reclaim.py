@@ -22,8 +22,11 @@ replaced atomically. The roles/idle_reclaim timer runs this as root every minute
         --state /var/lib/gpupool/idle-reclaim/state.json \
         --textfile /var/lib/prometheus/node-exporter/gpupool_idle_reclaim.prom
 
-The configuration: {"prometheus": "http://10.0.0.1:9090", "classes": {"interactive":
-{"after_s": 1800, "warn_s": 600, "action": "cancel", "threshold_percent": 0}}}.
+The configuration: {"prometheus": "https://10.0.0.1:9090", "auth": {"user": "gpupool",
+"password_file": "/etc/prometheus/web/password", "ca_file": "/etc/prometheus/web/tls.crt"},
+"classes": {"interactive": {"after_s": 1800, "warn_s": 600, "action": "cancel",
+"threshold_percent": 0}}}. Prometheus requires TLS and basic auth (role monitoring); a
+password is never sent over plain http.
 
 Like the other gpupool/onhost programs it runs with the system python3 and Debian's
 python3-prometheus-client only, copied to the controller as is.
@@ -32,11 +35,13 @@ python3-prometheus-client only, copied to the controller as is.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import logging
 import math
 import os
 import re
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -62,6 +67,8 @@ METRIC = "DCGM_FI_DEV_GPU_UTIL"
 JOB_ID = re.compile(r"[0-9]{1,12}")
 NAME = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]{0,62}")
 URL = re.compile(r"https?://[A-Za-z0-9.:\[\]-]+")
+USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+PATH = re.compile(r"(/[A-Za-z0-9_][-A-Za-z0-9_.]*)+")
 STEPS = ("warned", "cleared", "cancelled", "requeued")
 DONE = {"cancel": "cancelled", "requeue": "requeued"}  # a class's action, as a step
 COMMAND = {"cancelled": ["scancel"], "requeued": ["scontrol", "requeue"]}
@@ -95,15 +102,43 @@ class Job:
     start: float
 
 
-def load_config(text: str) -> tuple[str, dict[str, Rule]]:
-    """Prometheus' URL and the rules per class (gpupool_idle_reclaim, rendered from the
-    description); ValueError names what is wrong."""
-    data = json.loads(text)
-    if not isinstance(data, dict) or not isinstance(data.get("classes"), dict):
-        raise ValueError("expected {prometheus: URL, classes: {class: rule}}")
-    url = data.get("prometheus")
+@dataclass(frozen=True)
+class Endpoint:
+    """Prometheus' base URL and how to log in to it (its web configuration's basic auth,
+    and the certificate its TLS is checked against: the system's CAs when empty)."""
+    url: str
+    user: str = ""
+    password_file: str = ""
+    ca_file: str = ""
+
+
+def load_endpoint(url: object, auth: object) -> Endpoint:
     if not isinstance(url, str) or not URL.fullmatch(url):
         raise ValueError(f"prometheus {url!r} is not an http(s)://host:port URL")
+    auth = {} if auth is None else auth
+    if not isinstance(auth, dict) or set(auth) - {"user", "password_file", "ca_file"}:
+        raise ValueError("auth: expected {user, password_file, ca_file}")
+    user, password_file, ca_file = (auth.get(k, "") for k in
+                                    ("user", "password_file", "ca_file"))
+    if user and not (isinstance(user, str) and USER.fullmatch(user)):
+        raise ValueError(f"auth: user {user!r} is not a user name")
+    for name, path in (("password_file", password_file), ("ca_file", ca_file)):
+        if path and not (isinstance(path, str) and PATH.fullmatch(path)):
+            raise ValueError(f"auth: {name} {path!r} is not an absolute path")
+    if bool(user) != bool(password_file):
+        raise ValueError("auth: a user needs a password_file and a password_file a user")
+    if user and not url.startswith("https://"):
+        raise ValueError(f"auth: basic auth over {url} would send the password in clear")
+    return Endpoint(url, user, password_file, ca_file)
+
+
+def load_config(text: str) -> tuple[Endpoint, dict[str, Rule]]:
+    """Prometheus' endpoint and the rules per class (gpupool_idle_reclaim, rendered from
+    the description); ValueError names what is wrong."""
+    data = json.loads(text)
+    if not isinstance(data, dict) or not isinstance(data.get("classes"), dict):
+        raise ValueError("expected {prometheus: URL, auth: {...}, classes: {class: rule}}")
+    endpoint = load_endpoint(data.get("prometheus"), data.get("auth"))
     rules = {}
     for name, raw in data["classes"].items():
         if not NAME.fullmatch(str(name)) or not isinstance(raw, dict):
@@ -117,7 +152,7 @@ def load_config(text: str) -> tuple[str, dict[str, Rule]]:
                 or not 0 <= rule.threshold_percent <= 100:
             raise ValueError(f"class {name}: {raw}")
         rules[name] = rule
-    return url, rules
+    return endpoint, rules
 
 
 def run_command(argv: list[str]) -> str:
@@ -146,12 +181,26 @@ def running_jobs(run: Run, classes: set[str]) -> list[Job]:
     return jobs
 
 
-def prometheus_query(base_url: str) -> Query:
-    """A PromQL instant query against base_url: {hpc_job: value} of its vector."""
+def prometheus_query(endpoint: Endpoint) -> Query:
+    """A PromQL instant query against the endpoint: {hpc_job: value} of its vector."""
+    base_url = endpoint.url
+    headers = {}
+    if endpoint.user:
+        try:
+            with open(endpoint.password_file, encoding="utf-8") as f:
+                secret = f"{endpoint.user}:{f.read().strip()}".encode()
+        except OSError as e:
+            raise Unavailable(f"Prometheus {base_url}: password: {e}") from e
+        headers["Authorization"] = "Basic " + base64.b64encode(secret).decode()
+    context = ssl.create_default_context(cafile=endpoint.ca_file or None) \
+        if base_url.startswith("https://") else None
+
     def query(promql: str) -> dict[str, float]:
         url = f"{base_url}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
+        request = urllib.request.Request(url, headers=headers)  # noqa: S310 - URL checked
         try:
-            with urllib.request.urlopen(url, timeout=QUERY_TIMEOUT_S) as resp:  # noqa: S310
+            with urllib.request.urlopen(request, timeout=QUERY_TIMEOUT_S,  # noqa: S310
+                                        context=context) as resp:
                 body = json.load(resp)
         except (OSError, ValueError, urllib.error.URLError) as e:
             raise Unavailable(f"Prometheus {base_url}: {e}") from e
@@ -305,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         with open(args.config, encoding="utf-8") as f:
-            url, rules = load_config(f.read())
+            endpoint, rules = load_config(f.read())
     except (OSError, ValueError) as e:
         log.error("configuration %s: %s", args.config, e)
         return 2
@@ -313,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     now, failed = time.time(), None
     if rules:
         try:
-            state = reclaim(rules, state, run_command, prometheus_query(url), now)
+            state = reclaim(rules, state, run_command, prometheus_query(endpoint), now)
         except Unavailable as e:
             failed = e
     if failed is None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
+import shlex
 import time
 import urllib.parse
 from collections import Counter
@@ -52,7 +54,7 @@ def pool(site: Any, lab_desc: Description) -> slurm_cluster.SlurmLab:
 def promql(s: slurm_cluster.SlurmLab, query: str) -> list[dict[str, Any]]:
     """Prometheus' answer to an instant query: its result vector."""
     answer = json.loads(s.http_get(PROMETHEUS, "/api/v1/query?query="
-                              + urllib.parse.quote(query, safe="")))
+                                   + urllib.parse.quote(query, safe=""), monitoring=True))
     assert answer["status"] == "success", answer
     return answer["data"]["result"]
 
@@ -166,12 +168,68 @@ def test_prometheus_scrapes_the_pool_with_the_rules_loaded(pool: slurm_cluster.S
     wait_for("every node_exporter scraped", lambda: len([
         r for r in promql(pool, 'up{job="node"}') if r["value"][1] == "1"]) == len(
         pool.desc.nodes), 120)
-    groups = {g["name"] for g in json.loads(pool.http_get(PROMETHEUS, "/api/v1/rules"))[
-        "data"]["groups"]}
+    rules = json.loads(pool.http_get(PROMETHEUS, "/api/v1/rules", monitoring=True))
+    groups = {g["name"] for g in rules["data"]["groups"]}
     assert {"gpupool.recording", "gpupool.alerts"} <= groups
-    names = set(json.loads(pool.http_get(PROMETHEUS, "/api/v1/label/__name__/values"))["data"])
+    names = set(json.loads(pool.http_get(PROMETHEUS, "/api/v1/label/__name__/values",
+                                         monitoring=True))["data"])
     assert {"gpupool_slurm_up", "gpupool_node_state", "gpupool_node_gpus"} <= names
-    pool.http_get(ALERTMANAGER, "/-/ready")  # an answer other than 200 raises
+    pool.http_get(ALERTMANAGER, "/-/ready", monitoring=True)  # not 200: raises
+
+
+# What a client gets from a URL: the HTTP status, or the reason it got none.
+STATUS = """import base64, ssl, sys, urllib.error, urllib.request
+url, ca, user, password = sys.argv[1:5]
+request = urllib.request.Request(url)
+if user:
+    secret = base64.b64encode((user + ":" + password).encode()).decode()
+    request.add_header("Authorization", "Basic " + secret)
+try:
+    context = ssl.create_default_context(cafile=ca) if ca else None
+    print(urllib.request.urlopen(request, timeout=20, context=context).status)
+except urllib.error.HTTPError as e:
+    print(e.code)
+except Exception as e:
+    print(type(e).__name__)
+"""
+
+
+def test_monitoring_requires_tls_and_basic_auth(pool: slurm_cluster.SlurmLab) -> None:
+    """Prometheus and Alertmanager answer only over TLS and only to their user with its
+    password (role monitoring's web configuration). A researcher logged in on the
+    controller (the lab's controller is a login host) cannot read the password or the key,
+    gets 401 without the password or with a wrong one, and nothing over plain http; the
+    role's own clients (Prometheus' scrape of itself, its Alertmanager, idle reclaim,
+    on-call's http_get) get in."""
+    web = slurm_cluster.monitoring_web()
+    researcher = next(u for t in pool.desc.teams.values()
+                      for u in t.members.get(Role.RESEARCHER, []))
+    address = pool.desc.nodes[pool.ctl].addresses["management"]
+    cert, user = web["monitoring_tls_cert"], web["monitoring_web_user"]
+    for secret in (web["monitoring_web_password_file"], web["monitoring_tls_key"]):
+        assert pool.sh(f"stat -c '%a %U %G' {secret}").split() == [
+            "640", "root", MONITORING["monitoring_user"]]
+        assert pool.sh(f"runuser -u {researcher} -- cat {secret} >/dev/null 2>&1"
+                       " && echo read || echo refused").strip() == "refused"
+
+    def status(port: int, path: str, *, scheme: str = "https", password: str = "") -> str:
+        args = [f"{scheme}://{address}:{port}{path}", cert if scheme == "https" else "",
+                user if password else "", password]
+        return pool.sh(f"runuser -u {researcher} -- python3 -c {shlex.quote(STATUS)} "
+                       + " ".join(shlex.quote(a) for a in args)).strip()
+
+    for port, path in ((PROMETHEUS, "/api/v1/query?query=up"),
+                       (ALERTMANAGER, "/api/v2/silences")):
+        assert status(port, path) == "401", (port, "no password")
+        assert status(port, path, password=secrets.token_hex(8)) == "401", (port, "wrong")
+        assert status(port, path, scheme="http") != "200", (port, "plain http")
+        assert isinstance(json.loads(pool.http_get(port, path, monitoring=True)), dict | list)
+    # Prometheus logs in to itself and to its Alertmanager.
+    assert wait_for("Prometheus scraping itself over TLS", lambda: [
+        r for r in promql(pool, 'up{job="prometheus"}') if r["value"][1] == "1"], 120)
+    alertmanagers = json.loads(pool.http_get(PROMETHEUS, "/api/v1/alertmanagers",
+                                             monitoring=True))["data"]["activeAlertmanagers"]
+    assert [a["url"].split("://")[0] for a in alertmanagers] == ["https"]
 
 
 # A webhook receiver on the controller: every POST body one line in a file.
@@ -205,9 +263,9 @@ def monitoring_role(s: slurm_cluster.SlurmLab, extra: dict[str, Any] | None = No
 
 
 def answer(s: slurm_cluster.SlurmLab, port: int, path: str) -> Any:
-    """http_get's JSON answer, or None while the service restarts."""
+    """A monitoring server's JSON answer, or None while the service restarts."""
     try:
-        return json.loads(s.http_get(port, path))
+        return json.loads(s.http_get(port, path, monitoring=True))
     except (slurm_cluster.SlurmLabError, ValueError):
         return None
 
@@ -523,7 +581,8 @@ def test_every_series_the_rules_and_dashboard_read_was_scraped(pool: slurm_clust
     pool.sh("systemctl start gpupool-controller-backup.service", timeout=600)
 
     def missing() -> set[str]:
-        names = json.loads(pool.http_get(PROMETHEUS, "/api/v1/label/__name__/values"))["data"]
+        names = json.loads(pool.http_get(PROMETHEUS, "/api/v1/label/__name__/values",
+                                         monitoring=True))["data"]
         return wanted - set(names)
 
     try:

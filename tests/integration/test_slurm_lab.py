@@ -516,7 +516,8 @@ def _scraped(cluster: Slurm, node: str, address: str) -> dict[str, str]:
     """The health Prometheus (on the controller) reports for each of its jobs' targets on
     node at address: the targets come from the scheduler exporter's service discovery
     (roles/monitoring), never from an inventory."""
-    answer = json.loads(cluster.http_get(9090, "/api/v1/targets?state=active"))
+    answer = json.loads(cluster.http_get(9090, "/api/v1/targets?state=active",
+                                         monitoring=True))
     return {t["labels"]["job"]: t["health"] for t in answer["data"]["activeTargets"]
             if t["labels"].get("node") == node and t["scrapeUrl"].startswith(f"http://{address}:")}
 
