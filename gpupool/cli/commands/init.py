@@ -9,6 +9,7 @@ import argparse
 import re
 import shlex
 import sys
+import unicodedata
 from pathlib import Path
 
 from rich.markup import escape
@@ -19,6 +20,22 @@ from gpupool.paths import PROJECT_FILE, PROJECT_ROOT, SHARE
 from gpupool.spec import loader
 
 STARTERS = ("lab", "example")
+# The namespace of every stack config key gpupool reads (gpupool:description,
+# gpupool:connection, gpupool:burstImageId, ...), whatever the project is called: gpupool's,
+# as aws: is the AWS provider's. The checkout's project is named after it.
+CONFIG_NAMESPACE = "gpupool"
+# Pulumi's project names (tokens.ValidateProjectName in pulumi/pulumi
+# sdk/go/common/tokens/project.go): 1 to 100 of these characters.
+PROJECT_NAME_MAX = 100
+
+
+def project_name(folder: str) -> str:
+    """The Pulumi project name for a project in a folder called `folder`: lower case
+    letters, digits and single hyphens, accents dropped (ü -> u), at most 100 characters;
+    "pool" when nothing of the folder's name is left."""
+    ascii_name = unicodedata.normalize("NFKD", folder).encode("ascii", "ignore").decode()
+    name = re.sub(r"[^a-z0-9]+", "-", ascii_name.lower()).strip("-")
+    return name[:PROJECT_NAME_MAX].rstrip("-") or "pool"
 
 
 def _setup(p: argparse.ArgumentParser) -> None:
@@ -34,6 +51,16 @@ def files(name: str, stack: str, starter: str) -> dict[str, str]:
     description = loader.description_path(starter, SHARE).read_text()
     pulumi = (SHARE / PROJECT_FILE).read_text()
     pulumi = re.sub(r"(?m)^name: .*$", f"name: {name}", pulumi)
+    if name != CONFIG_NAMESPACE:
+        # Pulumi lets a project declare a type only for its own config keys (no namespace,
+        # or `<name>:`); one namespaced otherwise "is not namespaced by the project and
+        # should not define a type" (Project.Validate, pulumi/pulumi
+        # sdk/go/common/workspace/project.go), and the project would not load. gpupool's keys
+        # stay in its namespace, set by each stack file, undeclared here as aws:region is.
+        pulumi = re.sub(r"(?m)^config:\n(?:[ \t].*\n?|\n)*",
+                        f"# The stack config's keys are {CONFIG_NAMESPACE}'s "
+                        f"({CONFIG_NAMESPACE}:description, ...),\n# set in each "
+                        "Pulumi.<stack>.yaml.\n", pulumi)
     # The environment gpupool runs in (a checkout's .venv, or where the wheel is installed)
     # is the one that has the program's dependencies.
     # Pulumi runs that environment's Python as it is (uv would look for a uv project
@@ -91,7 +118,7 @@ Pulumi program is its `infra` package, at {PROJECT_ROOT / 'infra'}.
 @plain_command("init", "create a new pool project in DIR", _setup)
 def cmd_init(args: argparse.Namespace) -> int:
     target: Path = args.dir.resolve()
-    name = re.sub(r"[^a-z0-9-]+", "-", target.name.lower()).strip("-") or "pool"
+    name = project_name(target.name)
     if not loader.STACK_RE.fullmatch(args.stack) or ".." in args.stack:
         err.print(f"--stack: \\[stack-name] not a stack name: {escape(repr(args.stack))}",
                   highlight=False)
@@ -104,6 +131,12 @@ def cmd_init(args: argparse.Namespace) -> int:
         path = target / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+    if name != target.name:
+        # Said, not refused: the folder keeps its name; the Pulumi project's is made from it.
+        err.print(f"note: the Pulumi project is named {name}, not the folder's "
+                  f"{escape(repr(target.name))}: a project name here is a-z, 0-9 and single "
+                  f"hyphens, at most {PROJECT_NAME_MAX} characters (Pulumi.yaml's name:)",
+                  highlight=False, soft_wrap=True)
     # The path as a shell reads it: the hint is pasted into one.
     out.print(f"created pool project [bold]{name}[/] in {escape(str(target))} (stack "
               f"{args.stack}, from {args.starter}); next: cd {escape(shlex.quote(str(target)))}"
