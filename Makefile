@@ -69,6 +69,9 @@ burst-image-artifact: bootstrap
 	tar --append -f .cache/gpupool-image.tar \
 	  "$$($(VENV)/python -c 'from gpupool.render import image; print(image.GATE_BUNDLE)')"
 	gzip -nf .cache/gpupool-image.tar
+	@echo "upload .cache/gpupool-image.tar.gz, then pin it: pulumi config set" \
+	  "gpupool:$$($(VENV)/python -c 'from gpupool.render import image; print(image.DIGEST_KEY)')" \
+	  "$$(sha256sum .cache/gpupool-image.tar.gz | cut -d' ' -f1)"
 
 clean:
 	rm -rf .cache .pytest_cache .ruff_cache

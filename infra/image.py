@@ -33,14 +33,18 @@ class BurstImageArgs:
     # The region's AMI from the stack config (gpupool:burstImageId): no image is built,
     # the pipeline stays declared for operators' rebuilds.
     prebuilt: str | None = None
+    # The artifact's SHA-256 from the stack config (gpupool:burstImageArtifactSha256,
+    # validated by image.artifact_digest): the build verifies the download against it and
+    # refuses anything else; None, it refuses every artifact.
+    artifact_digest: str | None = None
 
 
 class BurstImage(Component):
     """Component (the build document: Ansible from Debian, the project's roles from the
-    artifact, playbooks/burst_image.yml at the lock), recipe on Debian 12's official AMI
-    with an encrypted root, build infrastructure in the burst VPC's training subnet with
-    IMDSv2 and its own instance profile, distribution, an on-demand pipeline, and the image
-    built at `pulumi up` unless the stack config names one."""
+    artifact pinned by its SHA-256, playbooks/burst_image.yml at the lock), recipe on
+    Debian 12's official AMI with an encrypted root, build infrastructure in the burst
+    VPC's training subnet with IMDSv2 and its own instance profile, distribution, an
+    on-demand pipeline, and the image built at `pulumi up` unless the stack config names one."""
 
     image_id: pulumi.Output[str]
     source: str  # the launch template's burst-image tag: where its AMI comes from
@@ -51,7 +55,7 @@ class BurstImage(Component):
         super().__init__("BurstImage", name, opts)
         desc = args.desc
         tags = cloud.tags(desc, None, **{cloud.TAG_BURST_REGION: args.region})
-        document = image.component_document(desc, args.region)
+        document = image.component_document(desc, args.region, args.artifact_digest)
         component = aws.imagebuilder.Component(
             name, name=name, platform="Linux", version=image.version(document),
             data=document, description=f"gpupool burst node of pool {desc.pool.name}",

@@ -34,8 +34,10 @@ def declare(desc: Description) -> None:
     storage = StorageTiers(pool, StorageTiersArgs(
         desc, networks.get(desc.pool.cloud_region), account), home)
     prebuilt = _prebuilt_images(desc)
+    digest = _artifact_digest(desc)
     images = {r: BurstImage(cloud.burst_image_name(desc, r),
-                            BurstImageArgs(desc, r, networks[r], storage, prebuilt.get(r)),
+                            BurstImageArgs(desc, r, networks[r], storage, prebuilt.get(r),
+                                           digest),
                             pulumi.ResourceOptions(providers=[providers[r]]))
               for r in cloud.regions(desc)}
     bursts = {g: BurstPool(cloud.burst_name(desc, g),
@@ -108,6 +110,21 @@ def _prebuilt_images(desc: Description) -> dict[str, str]:
                                      cloud.regions(desc))
     except ValueError as e:
         raise pulumi.RunError(str(e)) from None
+
+
+def _artifact_digest(desc: Description) -> str | None:
+    """The burst image artifact's SHA-256 the stack config pins
+    (gpupool:burstImageArtifactSha256); a malformed one stops the program with its message.
+    Without one every image build refuses its artifact, which the preview says."""
+    try:
+        digest = image.artifact_digest(pulumi.Config("gpupool").get(image.DIGEST_KEY))
+    except ValueError as e:
+        raise pulumi.RunError(str(e)) from None
+    if digest is None and cloud.regions(desc):
+        pulumi.log.warn(f"gpupool:{image.DIGEST_KEY} is not set: the burst image pipelines "
+                        "refuse every artifact until it names the uploaded one's SHA-256 "
+                        "(`make burst-image-artifact` prints it)")
+    return digest
 
 
 def main() -> None:

@@ -4,8 +4,11 @@ mocks echo inputs, so this proves what is declared, not what Image Builder would
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -98,8 +101,8 @@ def test_the_document_runs_the_image_playbook_locally_at_the_lock(stack: str) ->
     for region in cloud.regions(desc):
         doc = _document(declared(stack), desc, region)
         build = _steps(doc, "build")
-        assert list(build) == ["InstallAnsible", "FetchPlaybooks", "WriteVars", "RunPlaybook",
-                               "CleanUp"]
+        assert list(build) == ["InstallAnsible", "FetchPlaybooks", "VerifyArtifact",
+                               "WriteVars", "RunPlaybook", "CleanUp"]
         assert "apt-get install -y -q --no-install-recommends ansible" in \
             build["InstallAnsible"]["inputs"]["commands"]
         [fetch] = build["FetchPlaybooks"]["inputs"]
@@ -141,7 +144,7 @@ def test_a_lock_change_is_a_new_component_and_recipe_version() -> None:
     again = plan.declare(desc, "lab")
     assert one(again, ":ImageRecipe", name).inputs["version"] == \
         one(base, ":ImageRecipe", name).inputs["version"]
-    doc = image.component_document(desc, "eu-west-1")
+    doc = image.component_document(desc, "eu-west-1", None)
     assert one(base, ":Component", name).inputs["version"] == image.version(doc)
 
 
@@ -200,6 +203,81 @@ def test_one_ami_for_several_regions_is_refused() -> None:
     with pytest.raises(plan.PlanError, match="names one AMI, but the pool bursts in "
                                              "eu-west-1, eu-west-2"):
         _with_config(desc, "lab", OVERRIDE)
+
+
+DIGEST = hashlib.sha256(b"the artifact").hexdigest()
+
+
+def _verify_script(desc: Description, digest: str | None, archive: Path) -> str:
+    """The rendered VerifyArtifact step of the region's component, as one bash script
+    (Image Builder's ExecuteBash), aimed at archive instead of the build's path."""
+    run = plan.declare(desc, "lab", config={f"gpupool:{image.DIGEST_KEY}": digest or ""})
+    doc = _document(run, desc, cloud.regions(desc)[0])
+    step = _steps(doc, "build")["VerifyArtifact"]
+    assert step["action"] == "ExecuteBash"
+    script = "\n".join(step["inputs"]["commands"])
+    # The file checked is the file downloaded.
+    assert digest is None or script.count(image.ARCHIVE) >= 2
+    return script.replace(image.ARCHIVE, str(archive))
+
+
+def test_the_build_verifies_the_artifact_against_the_pinned_digest(tmp_path: Path) -> None:
+    desc = _desc("lab")
+    archive = tmp_path / "gpupool-image.tar.gz"
+    archive.write_bytes(b"the artifact")
+    script = _verify_script(desc, DIGEST, archive)
+    ok = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
+    assert ok.returncode == 0, ok.stderr
+    assert archive.read_bytes() == b"the artifact"
+    # One byte changed: the build step fails, says why, and leaves nothing to extract.
+    archive.write_bytes(b"the artifacT")
+    changed = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                             check=False)
+    assert changed.returncode != 0
+    assert f"is not the one pinned by gpupool:{image.DIGEST_KEY} ({DIGEST})" in changed.stderr
+    assert not archive.exists()
+    # A missing download fails too.
+    assert subprocess.run(["bash", "-c", script], capture_output=True,
+                          check=False).returncode != 0
+
+
+def test_an_unpinned_artifact_fails_every_build(tmp_path: Path) -> None:
+    desc = _desc("lab")
+    archive = tmp_path / "gpupool-image.tar.gz"
+    archive.write_bytes(b"the artifact")
+    script = _verify_script(desc, None, archive)
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
+    assert proc.returncode != 0 and f"set the stack config gpupool:{image.DIGEST_KEY}" \
+        in proc.stderr
+
+
+def test_the_pin_is_in_the_declared_component_and_versions_it() -> None:
+    desc = _desc("lab")
+    name = cloud.burst_image_name(desc, "eu-west-1")
+    pinned = plan.declare(desc, "lab", config={f"gpupool:{image.DIGEST_KEY}": DIGEST})
+    other = plan.declare(desc, "lab", config={f"gpupool:{image.DIGEST_KEY}": "0" * 64})
+    comp = one(pinned, ":Component", name).inputs
+    verify = _steps(yaml.safe_load(comp["data"]), "build")["VerifyArtifact"]
+    assert any(DIGEST in c and "sha256sum --check --strict" in c
+               for c in verify["inputs"]["commands"])
+    assert comp["version"] == image.version(image.component_document(desc, "eu-west-1", DIGEST))
+    # A new artifact is a new component version, and so a new recipe (versions are
+    # immutable in Image Builder).
+    for kind in (":Component", ":ImageRecipe"):
+        assert one(pinned, kind, name).inputs["version"] != \
+            one(other, kind, name).inputs["version"], kind
+    assert offline.check(pinned, desc) == []
+
+
+@pytest.mark.parametrize("value", [
+    DIGEST.upper(), DIGEST[:63], DIGEST + "0", f" {DIGEST}", f"{DIGEST}\n", "sha256:" + DIGEST,
+    "g" * 64, "x" * 500, f"{DIGEST}  gpupool-image.tar.gz"])
+def test_a_malformed_digest_is_refused_with_a_message(value: str) -> None:
+    with pytest.raises(plan.PlanError, match=f"gpupool:{image.DIGEST_KEY} must be the "
+                                             "artifact's SHA-256 as exactly 64 lowercase hex"):
+        plan.declare(_desc("lab"), "lab", config={f"gpupool:{image.DIGEST_KEY}": value})
+    with pytest.raises(ValueError, match="not a SHA-256"):
+        image.verify_commands(value)
 
 
 def test_the_build_runs_with_imdsv2_encrypted_and_terminates_on_failure(stack: str) -> None:

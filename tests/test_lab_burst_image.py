@@ -6,8 +6,12 @@ bare lab host, is proven by tests/integration/test_slurm_lab.py (aws_lab)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
+import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -22,8 +26,11 @@ DESC = loader.load_stack("lab", ROOT)
 ADDED = hosts.mirror_vars("-----BEGIN PGP PUBLIC KEY BLOCK-----\nfixture\n")
 
 
+DIGEST = "0123456789abcdef" * 4
+
+
 def _document() -> str:
-    return image.component_document(DESC, burst_image.region(DESC))
+    return image.component_document(DESC, burst_image.region(DESC), DIGEST)
 
 
 def test_every_step_of_the_document_runs_and_the_lab_adds_only_its_mirror(
@@ -34,7 +41,8 @@ def test_every_step_of_the_document_runs_and_the_lab_adds_only_its_mirror(
     for phase in yaml.safe_load(_document())["phases"]:
         burst_image.run_phase("builder", phase, tmp_path, ADDED)
     steps = [what for what, _ in ran]
-    assert steps == ["InstallAnsible", "FetchPlaybooks", f"writing {image.VARS_FILE}",
+    assert steps == ["InstallAnsible", "FetchPlaybooks", "VerifyArtifact",
+                     f"writing {image.VARS_FILE}",
                      "RunPlaybook", "CleanUp", "BurstBootNeeds"]
     written = json.loads((tmp_path / "file0").read_text())
     assert written == {**inventory.burst_image_vars(DESC, burst_image.region(DESC)), **ADDED}
@@ -90,6 +98,47 @@ def test_the_recipe_changes_with_every_input(tmp_path: Path) -> None:
                 burst_image.image_ref(DESC, doc, hosts.mirror_vars("other"), first, "base:1"),
                 burst_image.image_ref(DESC, doc, ADDED, changed, "base:1"),
                 burst_image.image_ref(DESC, doc, ADDED, first, "base:2")}) == 5
+
+
+def test_the_artifacts_digest_is_its_sha256_and_the_build_step_accepts_it(
+        tmp_path: Path) -> None:
+    """pack_artifact's digest is the archive's own SHA-256, stable for the same files (no
+    times in the tar nor the gzip header), and the rendered VerifyArtifact commands pass
+    that archive and refuse another."""
+    src = tmp_path / "x"
+    src.write_text("one")
+    archive = tmp_path / "1.tar.gz"
+    digest = burst_image.pack_artifact([("x", src)], archive)
+    assert digest == hashlib.sha256(archive.read_bytes()).hexdigest()
+    os.utime(src, (1, 1))
+    assert burst_image.pack_artifact([("x", src)], tmp_path / "2.tar.gz") == digest
+    with tarfile.open(archive) as tar:
+        assert [(m.name, m.mtime, m.uid, m.uname) for m in tar] == [("x", 0, 0, "")]
+    for pinned, ok in ((digest, True), (DIGEST, False)):
+        script = "\n".join(image.verify_commands(pinned, str(archive)))
+        proc = subprocess.run(["bash", "-c", script], capture_output=True, check=False)
+        assert (proc.returncode == 0) is ok, proc.stderr
+
+
+def test_the_lab_hands_the_packed_artifacts_digest_to_the_document(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bundle = tmp_path / "gate-bundle.tar.gz"
+    bundle.write_bytes(b"gate")
+    monkeypatch.setattr(burst_image, "lab_vars", lambda _d: ADDED)
+    monkeypatch.setattr(burst_image, "gate_bundle", lambda: bundle)
+    monkeypatch.setattr(hosts, "build_image", lambda _r: "base:1")
+    monkeypatch.setattr(hosts, "podman", lambda *_a, **_k: subprocess.CompletedProcess(
+        _a, 0, "", ""))  # the image exists: build() returns its ref
+    rendered: list[str | None] = []
+    real = image.component_document
+    monkeypatch.setattr(image, "component_document",
+                        lambda d, r, digest: rendered.append(digest) or real(d, r, digest))
+    ref = burst_image.build(DESC)
+    expected = burst_image.pack_artifact(burst_image.artifact_files(bundle),
+                                         tmp_path / "again.tar.gz")
+    assert rendered == [expected]
+    document = real(DESC, burst_image.region(DESC), expected)
+    assert ref == burst_image.image_ref(DESC, document, ADDED, expected, "base:1")
 
 
 def test_no_mirror_no_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,7 +11,8 @@ an image the boot cannot use, fails here first. What the lab does differently, a
 
 - **The artifact** is packed from this checkout's working tree (the paths of
   image.ARTIFACT_PATHS and the gate's archive, as `make burst-image-artifact` packs them
-  from HEAD): the lab tests what is checked out. The S3Download step is a copy.
+  from HEAD): the lab tests what is checked out. The S3Download step is a copy, and the
+  document pins the packed archive's SHA-256 as the stack config pins the uploaded one's.
 - **The variables** add the lab's NVIDIA mirror (hosts.mirror_vars), as the lab's
   inventory does for its on-prem hosts: NVIDIA's repositories are unreachable here.
 - **A FIXTURE layer** after the build gives the image what a real instance has and a lab
@@ -26,6 +27,7 @@ Nothing here is EC2 or Image Builder; no cloud behaviour follows from it.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
@@ -160,17 +162,19 @@ def artifact_files(bundle: Path) -> list[tuple[str, Path]]:
 
 
 def pack_artifact(files: list[tuple[str, Path]], out: Path) -> str:
-    """Write the artifact and return its contents' digest (names and bytes, so the same
-    files give the same digest whatever their times)."""
-    digest = hashlib.sha256()
-    with tarfile.open(out, "w:gz") as tar:
+    """Write the artifact and return its SHA-256, the digest the component pins (as an
+    operator pins the uploaded archive's). The archive holds names, modes and bytes only
+    (no times, owners, nor gzip's time stamp), so the same files give the same digest."""
+    with out.open("wb") as raw, \
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name, path in files:
             data = path.read_bytes()
-            digest.update(f"{name}\0{len(data)}\0".encode() + data)
             info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o755 if path.stat().st_mode & 0o111 else 0o644
+            info.size = len(data)
+            info.mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
             tar.addfile(info, io.BytesIO(data))
-    return digest.hexdigest()
+    return hashlib.sha256(out.read_bytes()).hexdigest()
 
 
 def image_ref(desc: Description, document: str, added: dict[str, str], artifact: str,
@@ -225,14 +229,17 @@ def _booted(builder: str) -> bool:
 
 
 def build(desc: Description, report: hosts.Report = lambda _m: None) -> str:
-    """The lab's burst image, built from the component document unless it exists."""
-    document = image.component_document(desc, region(desc))
+    """The lab's burst image, built from the component document unless it exists. The lab
+    packs the artifact and hands its SHA-256 to the document, as an operator pins the
+    uploaded archive's in the stack config: the build's VerifyArtifact step checks it."""
     added = lab_vars(desc)
     base = hosts.build_image(report)
     files = artifact_files(gate_bundle())
     with tempfile.TemporaryDirectory() as tmp:
         stage = Path(tmp)
-        ref = image_ref(desc, document, added, pack_artifact(files, stage / ARTIFACT), base)
+        digest = pack_artifact(files, stage / ARTIFACT)
+        document = image.component_document(desc, region(desc), digest)
+        ref = image_ref(desc, document, added, digest, base)
         if hosts.podman("image", "exists", ref, check=False).returncode == 0:
             return ref
         _prune_images(desc)

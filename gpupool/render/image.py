@@ -32,9 +32,15 @@ GATE_BUNDLE = ".cache/gate-bundle.tar.gz"
 ARTIFACT_KEY = "gpupool/burst-image/gpupool-image.tar.gz"
 WORK_DIR = "/opt/gpupool-image"
 VARS_FILE = f"{WORK_DIR}/vars.json"  # the image's variables (inventory.burst_image_vars)
+ARCHIVE = f"{WORK_DIR}/gpupool-image.tar.gz"  # where the build downloads the artifact
 # Stack config: an AMI id for every burst region, or a JSON map region -> AMI id.
 CONFIG_KEY = "burstImageId"
 AMI_ID_RE = re.compile(r"^ami-[0-9a-f]{8,17}$")
+# Stack config: the SHA-256 of the artifact the operator uploaded (`make
+# burst-image-artifact` prints it), 64 lowercase hex digits. The build verifies the
+# download against it before using it; without one the build refuses.
+DIGEST_KEY = "burstImageArtifactSha256"
+DIGEST_RE = re.compile(r"[0-9a-f]{64}")
 # The major version of the scheme below: raised if the derivation itself changes.
 VERSION_MAJOR = 1
 
@@ -66,12 +72,44 @@ def artifact_policy(desc: Description, key_arn: str) -> dict[str, Any]:
              "kms:ViaService": f"s3.{desc.pool.cloud_region}.amazonaws.com"}}}]}
 
 
+def artifact_digest(raw: str | None) -> str | None:
+    """The artifact's pinned SHA-256 from the stack config gpupool:burstImageArtifactSha256:
+    exactly 64 lowercase hex digits, or None where the config gives none (the build then
+    refuses every artifact). Anything else is refused with a message, never a traceback."""
+    if raw is None or raw == "":
+        return None
+    if not isinstance(raw, str) or not DIGEST_RE.fullmatch(raw):
+        shown = raw if isinstance(raw, str) and len(raw) <= 80 else f"{str(raw)[:80]}..."
+        raise ValueError(f"gpupool:{DIGEST_KEY} must be the artifact's SHA-256 as exactly 64 "
+                         f"lowercase hex digits (sha256sum's output), not {shown!r}")
+    return raw
+
+
+def verify_commands(digest: str | None, archive: str = ARCHIVE) -> list[str]:
+    """The build's check of the downloaded artifact against the pinned digest, before
+    anything reads it: a changed (or unpinned) artifact fails the build."""
+    q = shlex.quote
+    if digest is None:
+        unpinned = (f"the burst image artifact is not pinned: set the stack config "
+                    f"gpupool:{DIGEST_KEY} to its SHA-256")
+        return ["set -eu", f"echo {q(unpinned)} >&2", "exit 1"]
+    if not DIGEST_RE.fullmatch(digest):  # only a validated digest reaches the document
+        raise ValueError(f"not a SHA-256: {digest!r}")
+    changed = (f"the burst image artifact {archive} is not the one pinned by "
+               f"gpupool:{DIGEST_KEY} ({digest}): refusing to build")
+    return ["set -eu",
+            f"if ! printf '%s  %s\\n' {digest} {q(archive)} "
+            "| sha256sum --check --strict --quiet -; then",
+            f"  echo {q(changed)} >&2", f"  rm -f {q(archive)}", "  exit 1", "fi"]
+
+
 def _bash(name: str, *commands: str) -> dict[str, Any]:
     return {"name": name, "action": "ExecuteBash", "inputs": {"commands": list(commands)}}
 
 
-def _build_steps(desc: Description, region: str) -> list[dict[str, Any]]:
-    archive = f"{WORK_DIR}/gpupool-image.tar.gz"
+def _build_steps(desc: Description, region: str, digest: str | None
+                 ) -> list[dict[str, Any]]:
+    archive = ARCHIVE
     # The lock is in here, in plain sight: a lock change is a new document, so a new version.
     image_vars = json.dumps(inventory.burst_image_vars(desc, region), sort_keys=True)
     q = shlex.quote
@@ -80,6 +118,7 @@ def _build_steps(desc: Description, region: str) -> list[dict[str, Any]]:
               "apt-get update -q", "apt-get install -y -q --no-install-recommends ansible"),
         {"name": "FetchPlaybooks", "action": "S3Download",
          "inputs": [{"source": artifact_uri(desc), "destination": archive}]},
+        _bash("VerifyArtifact", *verify_commands(digest, archive)),
         {"name": "WriteVars", "action": "CreateFile",
          "inputs": [{"path": VARS_FILE, "content": image_vars}]},
         _bash("RunPlaybook", "set -eu", f"install -d -m 0700 {q(WORK_DIR)}/src",
@@ -113,13 +152,15 @@ def _validate_steps(desc: Description) -> list[dict[str, Any]]:
         f'*) echo "slurmd $installed is not the lock\'s {desc.software.slurm}" >&2; exit 1;; esac')]
 
 
-def component_document(desc: Description, region: str) -> str:
-    """The Image Builder component (document schema 1.0) of a burst region's image."""
+def component_document(desc: Description, region: str, digest: str | None) -> str:
+    """The Image Builder component (document schema 1.0) of a burst region's image, which
+    builds only from the artifact whose SHA-256 is digest (artifact_digest; None: it builds
+    from none). The digest is in the document, so a new artifact is a new version."""
     doc = {
         "name": cloud.burst_image_name(desc, region),
         "description": f"gpupool pool {desc.pool.name}: a burst node at the software lock",
         "schemaVersion": 1.0,
-        "phases": [{"name": "build", "steps": _build_steps(desc, region)},
+        "phases": [{"name": "build", "steps": _build_steps(desc, region, digest)},
                    {"name": "validate", "steps": _validate_steps(desc)}],
     }
     return yaml.safe_dump(doc, sort_keys=False, width=1000)
