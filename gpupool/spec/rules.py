@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from itertools import combinations
 
-from gpupool.spec import mig
+from gpupool.spec import floors, mig
 from gpupool.spec.catalog import (
     BUCKET_NAME_LENGTH,
     BUCKET_RESERVED_PREFIXES,
@@ -617,6 +617,34 @@ def software(desc: Description) -> Iterator[Problem]:
         if older_than(locked[component], fixed):
             yield Problem(f"software.{component}", "version-vulnerable", why,
                           locked[component])
+
+
+@rule("pool", "software")
+def version_floors(desc: Description) -> Iterator[Problem]:
+    """A production pool installs no Slurm or NVIDIA driver release that a published
+    advisory says is vulnerable in its release line (gpupool/data/version-floors). A lab
+    is not held to it: the lab lists the floors it is below among the controls it weakens
+    (gpupool/spec/lab.py)."""
+    if desc.pool.environment != "production":
+        return
+    yield from floor_problems(desc)
+
+
+def floor_problems(desc: Description) -> Iterator[Problem]:
+    """Every locked component below its floor, whatever the environment."""
+    for component in floors.components():
+        locked = getattr(desc.software, component, None)
+        if locked is None:
+            continue
+        try:
+            verdict = floors.check(component, locked)
+        except floors.VersionError as exc:
+            yield Problem(f"software.{component}", "version-comparable",
+                          f"cannot be compared with the advisories' fixed versions: {exc}",
+                          locked)
+            continue
+        if verdict is not None:
+            yield Problem(f"software.{component}", "version-floor", verdict.message, locked)
 
 
 def _reserved_user(user: str) -> bool:
