@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterator
 
 from gpupool.render import cloud
+from gpupool.render.lab_controls import weakened
 from gpupool.spec.model import Description
 from policies.core import Level, Res, Stack, resource_policy, stack_policy, tags_of
 
@@ -57,3 +58,11 @@ def plain_secrets(stack: Stack, desc: Description) -> Iterator[tuple[str | None,
                          "`pulumi config set --secret`")
         elif SECRET_VALUE.search(value):
             yield None, f"config {key} holds a credential in plain text; make it a secret"
+
+
+@stack_policy("hygiene-lab-weakened-controls", "hygiene", Level.ADVISORY,
+              "A lab description's stack is told, control by control, what the lab weakens "
+              "against production (the list `gpupool validate` prints).")
+def lab_weakened(stack: Stack, desc: Description) -> Iterator[tuple[str | None, str]]:
+    for w in weakened(desc):
+        yield None, f"lab weakens {w}"

@@ -79,4 +79,8 @@ def test_pack_reads_the_description_from_stack_config(monkeypatch: pytest.Monkey
 
 
 def test_shipped_stack_passes_through_crossguard(lab_env: None) -> None:
-    assert crossguard_run(recorded("lab")) == set()
+    # The lab is told what it weakens (advisory, tests/test_lab_controls.py), nothing else.
+    stack = recorded("lab")
+    reported = crossguard_run(stack)
+    assert reported == {(v.resource, v.policy, v.message) for v in violations(stack, "lab")}
+    assert {p for _, p, _ in reported} == {"hygiene-lab-weakened-controls"}

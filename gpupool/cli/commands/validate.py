@@ -1,4 +1,5 @@
-"""`gpupool validate`: check the description and report every problem at once."""
+"""`gpupool validate`: check the description and report every problem at once; for a lab
+description, also every control the lab weakens (warnings: the description is valid)."""
 
 from __future__ import annotations
 
@@ -6,15 +7,25 @@ import argparse
 
 from gpupool.cli.output import EXIT_OK, emit_json, out
 from gpupool.cli.registry import command
+from gpupool.render.lab_controls import weakened
 from gpupool.spec.model import Description
 
 
 @command("validate", "check the description; report every problem at once")
 def cmd_validate(args: argparse.Namespace, desc: Description) -> int:
     # Loading already validated it: an invalid description never reaches a verb.
+    warnings = weakened(desc)
     if args.json:
-        emit_json({"valid": True, "pool": desc.pool.name, "problems": []})
-    else:
-        out.print(f"[green]valid[/green]: pool {desc.pool.name} "
-                  f"({len(desc.nodes)} nodes, {len(desc.teams)} teams)")
+        emit_json({"valid": True, "pool": desc.pool.name, "problems": [],
+                   "warnings": [{"rule": "lab-weakens", **w.as_dict()} for w in warnings]})
+        return EXIT_OK
+    out.print(f"[green]valid[/green]: pool {desc.pool.name} "
+              f"({len(desc.nodes)} nodes, {len(desc.teams)} teams)")
+    if warnings:
+        out.print(f"[bold yellow]warning[/bold yellow]: pool {desc.pool.name} is a lab "
+                  f"description; it weakens {len(warnings)} control(s) production keeps:",
+                  highlight=False)
+        for w in warnings:
+            out.print(f"  [yellow]{w.control}[/yellow]: {w.detail} ({w.where})",
+                      highlight=False, markup=True)
     return EXIT_OK
