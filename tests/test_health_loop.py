@@ -308,3 +308,32 @@ def test_the_series_never_go_through_a_planted_link(tmp_path: Path) -> None:
     assert "writable by others" in entry["did"][-1] and entry["did"][-1].startswith(
         "series not written")
     assert not (textfiles / "gpupool_health.prom").exists()
+
+
+def test_a_successful_reset_is_recorded_for_the_xid_check_before_the_gate_runs_again(
+        tmp_path: Path) -> None:
+    """Issue 51: the XIDs that asked for the reset become history (gpupool/gate/xid.py), so
+    the gate run after it can pass; the record is made only when every GPU reset."""
+    slurm = FixtureSlurm("drained", reason="gpupool-health: reset: gpu.no_xid_errors")
+    entry = run(config(tmp_path), slurm, verdict(("gpu.no_xid_errors",), "reset"), verdict())
+    assert slurm.ran(*health.XID_RECORD) == [health.XID_RECORD]
+    assert health.XID_RECORD[-4:] == ["-m", "gpupool.gate.xid", "record", "reset"]
+    resets = [i for i, c in enumerate(slurm.calls) if c[0] == "nvidia-smi"]
+    assert slurm.calls.index(health.XID_RECORD) > max(resets)
+    assert entry["did"][-3:] == ["XID cursor: reset recorded", "gated again: pass", "resumed"]
+
+
+class FailingReset(FixtureSlurm):
+    def __call__(self, argv: list[str], timeout: float) -> tuple[int, str]:
+        if argv[:2] == ["nvidia-smi", "-r"] and argv[-1] == "1":
+            self.calls.append(argv)
+            return 1, "Unable to reset this GPU because it's being used by some other process"
+        return super().__call__(argv, timeout)
+
+
+def test_a_failed_reset_leaves_the_xids_counted(tmp_path: Path) -> None:
+    slurm = FailingReset("drained", reason="gpupool-health: reset: gpu.no_xid_errors")
+    failing = verdict(("gpu.no_xid_errors",), "reset")
+    entry = run(config(tmp_path), slurm, failing, failing)
+    assert not slurm.ran(*health.XID_RECORD)
+    assert entry["did"][-1] == "gated again: fail" and slurm.state == "drained"

@@ -61,6 +61,9 @@ SERIES = ("gpupool_health_up", "gpupool_health_passed", "gpupool_health_isolated
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.,:/\[\] -]")
 _PATH = re.compile(r"/[A-Za-z0-9._/-]+")
 TEXTFILE_WRITER = "gpupool.onhost.prom_textfile"
+# Records a successful reset in the XID check's cursor (a program: gpupool.gate.xid imports
+# this module).
+XID_RECORD = [sys.executable, "-m", "gpupool.gate.xid", "record", "reset"]
 
 Run = Callable[[list[str], float], tuple[int, str]]
 
@@ -290,9 +293,16 @@ class Loop:
             self.did.append(f"{action.value}: recorded, not taken (health.{action.value}: "
                             "record)")
         elif action is Action.RESET:
+            reset = True
             for index in range(self.c.gpus):
                 rc, out = self.run(["nvidia-smi", "-r", "-i", str(index)], RESET_TIMEOUT_S)
                 self.did.append(f"reset GPU {index}: " + ("done" if rc == 0 else out[-120:]))
+                reset = reset and rc == 0
+            if reset:
+                # The XIDs that asked for this reset become history (gpupool/gate/xid.py);
+                # after a reset that failed they still count.
+                rc, out = self.run(XID_RECORD, COMMAND_TIMEOUT_S)
+                self.did.append("XID cursor: " + ("reset recorded" if rc == 0 else out[-120:]))
         else:
             # The next run after boot (the timer's OnBootSec) gates the node and returns it.
             self._save()

@@ -98,12 +98,14 @@ def parse_nvlink_status(text: str) -> dict[int, dict[int, bool]]:
     return out
 
 
-_XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
+# "NVRM: Xid (PCI:0000:3b:00): 79, pid=..., ...": the driver's line for an XID event
+# (NVIDIA's "Xid Errors" guide); older drivers print the address without "PCI:".
+XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F:.]+)\): (\d{1,6})")
 
 
 def parse_xids(kernel_log: str) -> list[tuple[str, int]]:
     """(PCI address, XID code) for each XID line in a kernel log."""
-    return [(m.group(1), int(m.group(2))) for m in _XID.finditer(kernel_log)]
+    return [(m.group(1), int(m.group(2))) for m in XID_LINE.finditer(kernel_log)]
 
 
 def parse_dcgm_diag(text: str) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """The acceptance gate run on the node it admits, with its input on stdin: how role
 admission gates a node.
 
-    PYTHONPATH=<gate dir>/lib python3 -m gpupool.gate.onnode NODE TIER REPORT_DIR < INPUT
+    PYTHONPATH=<gate dir>/lib python3 -m gpupool.gate.onnode NODE TIER REPORT_DIR [--admit] < INPUT
 
 INPUT is one JSON object: "expect", the node's entry in what `gpupool gate --print-expect`
 prints on the control host (locks applied), so the node needs no description; and
@@ -9,7 +9,9 @@ prints on the control host (locks applied), so the node needs no description; an
 peers by the role), absent at a tier that reads none. The report is printed on stdout as
 one JSON object, and kept in REPORT_DIR/NODE.json beside its input; the exit status is the
 verdict's (0 pass, 1 fail, 3 could not run). Input the gate cannot use is a could-not-run
-report, never a traceback.
+report, never a traceback. With --admit (the admission role's run, never in check mode) a
+pass also records the admission in the XID check's cursor (gpupool/gate/xid.py), so the
+XIDs logged before it are history; the report's "xid_cursor" says whether it was written.
 
 Why on the node: gated from the control host, every check is an SSH round trip and every
 node a pytest process there, which made the gate the largest per-node share of the
@@ -24,15 +26,17 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from gpupool.gate import runner
+from gpupool.gate import runner, xid
 from gpupool.gate.expect import NodeExpect
-from gpupool.gate.plugin import COULD_NOT_RUN, TIERS
+from gpupool.gate.plugin import COULD_NOT_RUN, PASS, TIERS
 from gpupool.spec.model import NAME_RE
 
-USAGE = "usage: python -m gpupool.gate.onnode NODE TIER REPORT_DIR < INPUT.json"
+USAGE = "usage: python -m gpupool.gate.onnode NODE TIER REPORT_DIR [--admit] < INPUT.json"
+ADMIT = "--admit"  # roles/admission, not in check mode: a pass admits the node
 MAX_INPUT = 1 << 20  # bytes read from stdin: a node's input is a few kilobytes
 PLAIN_DIR = re.compile(r"(/[A-Za-z0-9_][A-Za-z0-9_.-]*)+")
 
@@ -73,11 +77,27 @@ def gate(node: str, tier: str, out_dir: str, stdin: TextIO) -> dict[str, Any]:
         return runner.could_not_run(node, tier, f"{type(exc).__name__}: {exc}"[:300])
 
 
-def main(argv: list[str], stdin: TextIO = sys.stdin) -> int:
-    if len(argv) != 3:
+def admit(report: dict[str, Any], record: Callable[[str], Path] = xid.record) -> None:
+    """A node the gate passed is admitted: the XIDs its kernel logged so far become history
+    for the XID check (gpupool/gate/xid.py). A cursor that could not be written leaves them
+    counted, and the report says so; the verdict stands."""
+    if report["verdict"] != PASS:
+        return
+    try:
+        report["xid_cursor"] = f"{record('admitted')}: admission recorded"
+    except OSError as exc:
+        report["xid_cursor"] = f"not recorded: {exc}"[:300]
+
+
+def main(argv: list[str], stdin: TextIO = sys.stdin,
+         record: Callable[[str], Path] = xid.record) -> int:
+    admitting = argv[3:] == [ADMIT]
+    if len(argv) != 3 and not (len(argv) == 4 and admitting):
         print(USAGE, file=sys.stderr)
         return 2
-    report = gate(*argv, stdin=stdin)
+    report = gate(*argv[:3], stdin=stdin)
+    if admitting:
+        admit(report, record)
     print(json.dumps(report, sort_keys=True))
     return runner.EXIT.get(report["verdict"], runner.EXIT[COULD_NOT_RUN])
 
