@@ -8,6 +8,7 @@ made by hand on the hosts, as an operator's mistake or a drifting host would mak
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -204,3 +205,69 @@ def test_broken_hosts_fail_exactly_and_are_not_admitted(pool: slurm_cluster.Slur
     assert all(states[n].rstrip("*") == "idle" for n in COMPUTE), states
     slurm_cluster.wait_for("the admitted nodes answering slurmctld", lambda: all(
         pool.node_states()[n] == "idle" for n in COMPUTE), 60)
+
+
+# Issue 51: a fixture XID line, from the recorded kernel log the unit tests read
+# (tests/gate/fixtures/kernel-boot1.journal.log), as the driver prints it after "kernel: ".
+XID_FIXTURE = next(ln.split(" kernel: ", 1)[1] for ln in (
+    Path(__file__).parents[1] / "gate" / "fixtures" / "kernel-boot1.journal.log"
+).read_text().splitlines() if "NVRM: Xid (PCI:0000:3b:00): 94," in ln)
+XID_CHECK = "gpu.no_xid_errors"
+RECORD_RESET = ("PYTHONPATH=/opt/gpupool/gate/lib python3 -m gpupool.gate.xid record reset")
+
+
+def xid_check(report: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in report["checks"] if c["id"] == XID_CHECK)
+
+
+def test_an_xid_fails_the_gate_until_the_reset_is_recorded(pool: slurm_cluster.SlurmLab,
+                                                          tmp_path: Path) -> None:
+    """Issue 51, reset then pass. A fixture XID 94 (contained ECC error: `reset`) is put
+    where the check reads it. The lab's hosts are containers sharing the lab machine's
+    kernel ring, so not /dev/kmsg (that would put it in every host's log and the machine's):
+    root's journal entry under the identifier `kernel`, which the check reads in the lab
+    only, with the same `journalctl -b -o short-monotonic` stamps (gpupool/gate/xid.py).
+    The gate fails on it with `reset` advised; the reset is recorded with the runbook's
+    command (runbooks/gpu-xid-or-ecc-errors.md) and the gate passes, the XID now history;
+    a new XID after the record fails the gate again. No GPU is reset: the lab has none."""
+    node = COMPUTE[0]
+
+    def inject() -> None:
+        before = logged()
+        pool.sh(f"logger -t kernel -- {shlex.quote(XID_FIXTURE)}", node)
+        slurm_cluster.wait_for("the XID line in the node's journal",
+                               lambda: logged() > before, 30)
+
+    def logged() -> int:
+        return pool.sh("journalctl -q -b --no-pager -o cat SYSLOG_IDENTIFIER=kernel _UID=0",
+                       node).count("NVRM: Xid")
+
+    inject()
+    try:
+        failed = gate(tmp_path / "xid", [node], "quick")[node]
+        assert failed["verdict"] == "fail" and failed["failed"] == [XID_CHECK], failed
+        assert failed["action"] == "reset", failed
+        check = xid_check(failed)
+        assert check["value"] == [94] and "('0000:3b:00', 94)" in check["message"], check
+
+        printed = pool.sh(RECORD_RESET, node)
+        assert "reset recorded" in printed, printed
+        owner = pool.sh("stat -c '%U %a %F' /var/lib/gpupool/health/xid-cursor", node).strip()
+        assert owner == "root 644 regular file", owner
+        recorded = json.loads(pool.sh("cat /var/lib/gpupool/health/xid-cursor", node))
+        assert recorded["why"] == "reset" and recorded["boot_id"] == pool.sh(
+            "cat /proc/sys/kernel/random/boot_id", node).strip(), recorded
+
+        passed = gate(tmp_path / "reset", [node], "quick")[node]
+        assert passed["verdict"] == "pass", passed
+        check = xid_check(passed)
+        assert check["status"] == "skip" and check["message"].startswith("no NVIDIA GPU"), check
+        assert "since the reset recorded" in check["message"], check
+        assert "before it are history" in check["message"], check
+
+        inject()  # a new fault after the reset counts again
+        again = gate(tmp_path / "again", [node], "quick")[node]
+        assert again["failed"] == [XID_CHECK] and xid_check(again)["value"] == [94], again
+    finally:
+        pool.sh(RECORD_RESET, node)  # the later proofs find the node passing
+    assert gate(tmp_path / "after", [node], "quick")[node]["verdict"] == "pass"
