@@ -62,7 +62,7 @@ def test_the_snapshot_reaches_the_controllers_only() -> None:
 
 def test_snapshots_are_taken_at_once_and_every_interval() -> None:
     d = dict(unit("gpupool-slurm-snapshot.timer.j2"))
-    assert d["OnActiveSec"] == "0" and d["OnUnitActiveSec"] == "15s"
+    assert d["OnActiveSec"] == "0" and d["OnUnitActiveSec"] == "10s"
 
 
 def test_the_exporter_serves_from_the_snapshot_unprivileged() -> None:
@@ -71,7 +71,7 @@ def test_the_exporter_serves_from_the_snapshot_unprivileged() -> None:
     argv = d["ExecStart"].split()
     snapshot = argv[argv.index("--snapshot") + 1]
     assert snapshot == f"{VARS['slurm_exporter_snapshot_dir']}/{ex.SNAPSHOT_NAME}"
-    assert argv[argv.index("--max-age") + 1] == "60"  # four timer intervals
+    assert argv[argv.index("--max-age") + 1] == "40"  # four timer intervals
 
 
 def test_only_root_writes_the_snapshot_and_only_the_exporters_group_reads_it() -> None:
