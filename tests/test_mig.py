@@ -146,6 +146,7 @@ def test_slurm_gres_conf_lab_fixture_devices(mixed: Any) -> None:
 def test_slurm_gres_conf_production_autodetects_mig() -> None:
     data = mig_lab("h100", 80, "single", {"1g.10gb": 7}, count=8)
     data["pool"]["environment"] = "production"
+    data["software"]["slurm"] = "22.05.8-4+deb12u3"  # production refuses the lab's 22.05.8
     desc = loader.parse(data)
     lines = slurm.gres_conf(desc)
     assert lines[0] == "AutoDetect=nvml"

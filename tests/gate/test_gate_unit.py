@@ -152,7 +152,9 @@ def test_gpu_suite_skips_without_gpu_in_the_lab(tmp_path: Path) -> None:
 
 def test_gpu_node_without_driver_fails_in_production(tmp_path: Path) -> None:
     # Same node, declared as production: a GPU node with no driver must not pass.
-    data = mutate(raw_stack("lab"), [{"set": "pool.environment", "value": "production"}])
+    # (with Debian's fixed Slurm: production refuses the lab's 22.05.8, spec/floors.py)
+    data = mutate(raw_stack("lab"), [{"set": "pool.environment", "value": "production"},
+                                     {"set": "software.slurm", "value": "22.05.8-4+deb12u3"}])
     src = tmp_path / "prod.yaml"
     src.write_text(yaml.safe_dump(data))
     rc, report = _gate_local(src, "lab-gpu1", tmp_path / "out")
