@@ -146,7 +146,8 @@ def test_slurm_gres_conf_lab_fixture_devices(mixed: Any) -> None:
 def test_slurm_gres_conf_production_autodetects_mig() -> None:
     data = mig_lab("h100", 80, "single", {"1g.10gb": 7}, count=8)
     data["pool"]["environment"] = "production"
-    data["software"]["slurm"] = "22.05.8-4+deb12u3"  # production refuses the lab's 22.05.8
+    # Debian 13's NVML plugin (24.11.5-2) fits its Slurm: NVML finds the instances.
+    data["software"]["slurm"] = "24.11.5"
     desc = loader.parse(data)
     lines = slurm.gres_conf(desc)
     assert lines[0] == "AutoDetect=nvml"
@@ -154,6 +155,28 @@ def test_slurm_gres_conf_production_autodetects_mig() -> None:
     assert slurm.records(slurm.slurm_conf(desc), "NodeName")["lab-gpu2"]["Gres"] == \
         "gpu:1g.10gb:56"
     assert slurm.fixture_mig_devices(desc) == {}
+
+
+def test_production_mig_is_refused_where_the_nvml_plugin_cannot_be_installed() -> None:
+    """Debian 12's plugin pins 22.05.8-4+deb12u2, below the floor production holds Slurm
+    to: a MIG layout could not reach Slurm, so validation refuses it (and so does the
+    renderer, handed the model unchecked)."""
+    data = mig_lab("h100", 80, "single", {"1g.10gb": 7}, count=8)
+    data["pool"]["environment"] = "production"
+    data["software"]["slurm"] = "22.05.8-4+deb12u3"
+    with pytest.raises(DescriptionError) as err:
+        loader.parse(data)
+    (problem,) = err.value.problems
+    assert problem.rule == "mig-needs-nvml"
+    assert problem.path.endswith(".gpu.mig_profiles")
+    assert "on Debian 12 (bookworm) NVML autodetection cannot be installed with a fixed " \
+        "Slurm" in problem.message
+    data["pool"]["environment"] = "lab"
+    desc = loader.parse(data)  # the lab names fixture devices: no plugin needed
+    prod = desc.model_copy(update={"pool": desc.pool.model_copy(
+        update={"environment": "production"})})
+    with pytest.raises(slurm.SlurmPolicyError, match="MIG instances can only be found"):
+        slurm.gres_conf(prod)
 
 
 def test_slurm_team_limits_carry_the_mig_quota(mixed: Any) -> None:

@@ -32,6 +32,7 @@ from typing import Any
 from gpupool.render import cloud
 from gpupool.render.cloud import controller_addresses
 from gpupool.render.scheduling import ClassPolicy, class_policies, preemption_pairs, team_quotas
+from gpupool.spec import gpu_detection as gpu_detection_spec
 from gpupool.spec.catalog import BURST_SEGMENT, SLURM_MAX_PRIORITY_TIER, SRUN_PORTS
 from gpupool.spec.facts import (
     burst_capacity_split,
@@ -380,20 +381,46 @@ def _range(first: int, count: int) -> str:
     return f"[{first}-{first + count - 1}]" if count > 1 else str(first)
 
 
-def gres_conf(desc: Description) -> list[str]:
-    """Real GPU nodes detect their GPUs with NVML; the lab's nodes have no GPUs and name
-    character devices the lab creates as a fixture (/dev/nvidiaN, major 195).
+def gpu_detection(desc: Description) -> gpu_detection_spec.Detection:
+    """How slurmd finds GPUs with the locked Slurm (gpupool/spec/gpu_detection.py): NVML
+    autodetection where the plugin fits the lock, else the device files gres.conf names."""
+    return gpu_detection_spec.resolve(desc.software.slurm)
 
-    MIG nodes: in production NVML detects the instances (their capability device files
-    too), and slurm.conf's typed Gres (gpu:1g.10gb:28) is all Slurm needs, so gres.conf
-    names no file for them. In the lab each instance is a fixture device of its own
+
+def gres_conf(desc: Description) -> list[str]:
+    """Which devices each node's GPUs are, for slurmd.
+
+    Production with the NVML plugin installable beside the locked Slurm
+    (gpu_detection): `AutoDetect=nvml`; whole GPUs are named too (/dev/nvidiaN, which NVML
+    then confirms), MIG nodes not: NVML finds the instances, their capability device files
+    and UUIDs, and slurm.conf's typed Gres (gpu:1g.10gb:28) is all Slurm needs.
+
+    Production without it (Debian 12: its plugin pins a Slurm build below the version
+    floor): `AutoDetect=off` and a comment saying why; every whole GPU is named by its
+    device file, typed by model. A MIG node cannot be named (the driver numbers its
+    capability files when it makes the instances): validation refuses that description
+    (rule mig-needs-nvml) and this refuses to render it.
+
+    The lab's nodes have no GPUs: they name character devices the lab creates as a
+    fixture (/dev/nvidiaN, major 195), each MIG instance a fixture device of its own
     (MIG_FIXTURE_DEVICE), numbered per node in the order of these lines.
     """
-    lines = [] if is_lab(desc) else ["AutoDetect=nvml"]
+    lab = is_lab(desc)
+    detection = None if lab else gpu_detection(desc)
+    lines: list[str] = []
+    if detection is not None and detection.available:
+        lines.append("AutoDetect=nvml")
+    elif detection is not None:
+        lines += [f"# No NVML autodetection: {detection.reason}.",
+                  "# Each GPU is named by its device file instead.", "AutoDetect=off"]
     # Nodes with the same devices share a line; a whole-GPU shape is one (model, count).
     by_shape: dict[tuple[bool, tuple[tuple[str, int], ...]], list[str]] = defaultdict(list)
     for n in nodes(desc):
-        if n.mig and not is_lab(desc):
+        if n.mig and not lab:
+            if detection is not None and not detection.available:
+                raise SlurmPolicyError(
+                    f"node {n.name}: its MIG instances can only be found by NVML "
+                    f"autodetection, which this Slurm lock cannot install ({detection.reason})")
             continue
         by_shape[(bool(n.mig), tuple(n.gres))].append(n.name)
     for (is_mig, shape), names in by_shape.items():
@@ -555,6 +582,10 @@ def plan(desc: Description) -> dict[str, Any]:
         "login_nodes": [n for n, node in desc.nodes.items() if NodeRole.LOGIN in node.roles],
         "slurm_conf": slurm_conf(desc),
         "gres_conf": gres_conf(desc),
+        # The NVML plugin the role installs on GPU nodes (plugin_version None: none; the lab
+        # installs none either, its gres.conf names fixture devices) and why.
+        "gpu_detection": {**gpu_detection(desc).plan(),
+                          **({"autodetect": None} if is_lab(desc) else {})},
         "topology_conf": topology_conf(desc),
         "cgroup_conf": cgroup_conf(desc),
         "accounting": accounting(desc),

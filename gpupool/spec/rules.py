@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from itertools import combinations
 
-from gpupool.spec import floors, mig
+from gpupool.spec import floors, gpu_detection, mig
 from gpupool.spec.catalog import (
     BUCKET_NAME_LENGTH,
     BUCKET_RESERVED_PREFIXES,
@@ -645,6 +645,32 @@ def floor_problems(desc: Description) -> Iterator[Problem]:
             continue
         if verdict is not None:
             yield Problem(f"software.{component}", "version-floor", verdict.message, locked)
+
+
+@rule("pool", "software", "node_classes", "nodes")
+def mig_needs_nvml(desc: Description) -> Iterator[Problem]:
+    """A production MIG layout is found by Slurm's NVML plugin only: without it gres.conf
+    would have to name each instance's /dev/nvidia-caps files, whose numbers the driver
+    assigns when the instances are made and the description does not hold, and jobs would
+    get no MIG UUIDs. So a production pool whose Slurm lock leaves the plugin uninstallable
+    (gpupool/spec/gpu_detection.py) is refused where a compute node's class splits its GPUs.
+    Whole GPUs need no plugin: gres.conf names their device files instead. The lab names
+    fixture devices for both (gpupool/render/slurm.py)."""
+    if desc.pool.environment != "production":
+        return
+    used = {n.class_ for n in desc.nodes.values() if NodeRole.COMPUTE in n.roles}
+    partitioned = [name for name, nc in desc.node_classes.items()
+                   if name in used and mig.is_partitioned(nc.gpu)]
+    if not partitioned:
+        return
+    detection = gpu_detection.for_lock(desc.software.slurm)
+    if detection is None or detection.available:  # a bad lock: version-comparable says so
+        return
+    for name in partitioned:
+        yield Problem(f"node_classes.{name}.gpu.mig_profiles", "mig-needs-nvml",
+                      "MIG instances reach Slurm only through its NVML plugin "
+                      "(AutoDetect=nvml), which cannot be installed with this Slurm lock: "
+                      f"{detection.reason}", desc.software.slurm)
 
 
 def _reserved_user(user: str) -> bool:

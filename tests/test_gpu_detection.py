@@ -1,0 +1,106 @@
+"""GPU detection in Slurm: the Slurm lock and the NVML plugin it needs, resolved together
+from the vendored archive facts (gpupool/data/slurm-gpu-detection)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpupool.paths import DATA
+from gpupool.render import slurm
+from gpupool.spec import floors, gpu_detection, loader, rules
+from gpupool.spec.gpu_detection import resolve
+from tests.conftest import ROOT
+
+
+def _with_slurm(stack: str, version: str):  # type: ignore[no-untyped-def]
+    desc = loader.load_stack(stack, ROOT)
+    return desc.model_copy(update={"software": desc.software.model_copy(
+        update={"slurm": version})})
+
+
+def test_the_facts_are_vendored_with_their_source() -> None:
+    folder = DATA / "slurm-gpu-detection"
+    assert (folder / "SOURCE.md").is_file()
+    source = (folder / "SOURCE.md").read_text()
+    suites = {s.codename: s for s in gpu_detection.suites()}
+    assert set(suites) == {"bookworm", "trixie"}
+    for s in suites.values():  # every version in the data is cited in SOURCE.md
+        assert s.slurm in source and s.plugin in source
+        floors.parse(s.slurm)
+        for op, version in s.requires:
+            assert op in {"=", ">=", "<=", "<<", ">>"}
+            floors.parse(version)
+
+
+def test_bookworm_plugin_pins_a_build_below_the_floor() -> None:
+    for lock in ("22.05.8", "22.05.8-4+deb12u3"):
+        d = resolve(lock)
+        assert not d.available and d.plugin_version is None
+        assert d.suite is not None and d.suite.codename == "bookworm"
+        assert d.installed == "22.05.8-4+deb12u3"  # what apt's `22.05.8*` takes
+        assert "on Debian 12 (bookworm) NVML autodetection cannot be installed with a " \
+            "fixed Slurm" in d.reason
+        assert "(= 22.05.8-4+deb12u2)" in d.reason
+    # The plugin's own build fits it, and is refused by the floor (rule version-floor).
+    assert resolve("22.05.8-4+deb12u2").available
+    assert floors.check("slurm", "22.05.8-4+deb12u2") is not None
+
+
+def test_trixie_plugin_fits_its_slurm() -> None:
+    for lock in ("24.11.5", "24.11.5-4+deb13u1"):
+        d = resolve(lock)
+        assert d.available and d.plugin_version == "24.11.5-2"
+        assert d.plan() == {"autodetect": "nvml", "plugin_package": "slurm-wlm-nvml-plugin",
+                            "plugin_version": "24.11.5-2", "suite": "trixie",
+                            "installed_slurm": "24.11.5-4+deb13u1", "reason": d.reason}
+
+
+@pytest.mark.parametrize("lock", ["24.11.6", "23.11.1", "25.05.9"])
+def test_a_slurm_no_known_suite_carries_has_no_plugin(lock: str) -> None:
+    d = resolve(lock)
+    assert not d.available and d.suite is None and d.plugin_version is None
+    assert "no Debian suite gpupool knows carries Slurm" in d.reason
+
+
+def test_dependency_operators_as_dpkg_reads_them() -> None:
+    trixie = next(s for s in gpu_detection.suites() if s.codename == "trixie")
+    assert trixie.admits("24.11.5-1") and trixie.admits("24.11.5-4+deb13u1")
+    assert not trixie.admits("24.11.4-1") and not trixie.admits("24.11.6-1")
+    assert not trixie.admits("24.11.5~rc1-1")  # ~ sorts before the release
+
+
+def test_production_whole_gpus_fall_back_to_device_files_on_debian_12() -> None:
+    desc = _with_slurm("example", "22.05.8-4+deb12u3")
+    assert not list(rules.mig_needs_nvml(desc))  # whole GPUs need no plugin
+    lines = slurm.gres_conf(desc)
+    comments = [line for line in lines if line.startswith("#")]
+    assert comments and "cannot be installed with a fixed Slurm" in comments[0]
+    body = [line for line in lines if not line.startswith("#")]
+    assert body[0] == "AutoDetect=off"
+    assert "AutoDetect=nvml" not in lines
+    gres = slurm.records(body, "NodeName")
+    assert gres["h100-a[1-8],h100-b[1-8],h100-burst-[0-5]"] == {
+        "NodeName": "h100-a[1-8],h100-b[1-8],h100-burst-[0-5]", "Name": "gpu",
+        "Type": "h100", "File": "/dev/nvidia[0-7]"}
+    # Every GPU node of slurm.conf is named with as many devices as its Gres count.
+    nodes = slurm.records(slurm.slurm_conf(desc), "NodeName")
+    named = " ".join(body)
+    assert all(name.split("-")[0] in named for name in nodes)
+    plan = slurm.plan(desc)["gpu_detection"]
+    assert plan["autodetect"] == "off" and plan["plugin_version"] is None
+
+
+def test_production_on_debian_13_autodetects_and_names_the_plugin() -> None:
+    desc = loader.load_stack("example", ROOT)
+    assert slurm.gres_conf(desc)[0] == "AutoDetect=nvml"
+    plan = slurm.plan(desc)["gpu_detection"]
+    assert (plan["plugin_package"], plan["plugin_version"]) == ("slurm-wlm-nvml-plugin",
+                                                               "24.11.5-2")
+
+
+def test_the_lab_keeps_its_fixture_files_and_installs_no_plugin_on_bookworm() -> None:
+    lab = loader.load_stack("lab", ROOT)
+    assert not any(line.startswith("AutoDetect") for line in slurm.gres_conf(lab))
+    plan = slurm.plan(lab)["gpu_detection"]
+    assert plan["autodetect"] is None and plan["plugin_version"] is None
+    assert plan["suite"] == "bookworm"
