@@ -35,20 +35,25 @@ def _tier_arn(storage: StorageTiers, desc: Description, purpose: str) -> pulumi.
 class BurstPool(Component):
     """Launch template (the region's burst image, IMDSv2, encrypted root, EFA interfaces
     where declared), a cluster placement group for EFA, a mixed-instances autoscaling group
-    with a zero minimum, and a least-privilege instance profile. The user-data joins a
-    booted instance to Slurm by itself (cloud.user_data); its role may read the munge key
-    (MungeKey grants it)."""
+    with a zero minimum, and two least-privilege instance profiles. The launch template
+    gives an instance the boot profile, whose role may read the munge key (MungeKey grants
+    it) and swap that profile for the run profile (cloud.boot_policy); the user-data joins
+    the instance to Slurm by itself and swaps the profiles once the key is in place
+    (cloud.user_data), so the node runs with the run role (cloud.node_policy: datasets and
+    its teams' checkpoints), which has no Secrets Manager access."""
 
     launch_template_id: pulumi.Output[str]
     group_name: pulumi.Output[str]
-    role: aws.iam.Role
+    boot_role: aws.iam.Role  # the launch template's: the launcher passes it, MungeKey grants it
+    run_role: aws.iam.Role
 
     def __init__(self, name: str, args: BurstPoolArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("BurstPool", name, opts)
         desc, group = args.desc, args.desc.burst_groups[args.group]
         tags = cloud.tags(desc, group.team, **{"burst-group": args.group})
-        self.role, profile = self._profile(name, args, tags)
+        self.run_role = self._profile(name, args, tags)
+        self.boot_role, profile = self._boot_profile(name, args, tags, self.run_role)
         # Its instances and volumes say which image they booted from, for the policy pack.
         template_tags = {**tags, cloud.TAG_BURST_IMAGE: args.image.source}
         sgs = [args.network.security_group_ids[s] for s in ("training", "management")]
@@ -108,14 +113,11 @@ class BurstPool(Component):
         self.group_name = asg.name
         self.register_outputs({"launch_template_id": template.id})
 
-    def _profile(self, name: str, args: BurstPoolArgs,
-                 tags: dict[str, str]) -> tuple[aws.iam.Role, aws.iam.InstanceProfile]:
+    def _profile(self, name: str, args: BurstPoolArgs, tags: dict[str, str]) -> aws.iam.Role:
+        """The run role and its profile (cloud.run_profile_name, which the user-data
+        names): what a node may do once booted, and no Secrets Manager."""
         desc, group = args.desc, args.desc.burst_groups[args.group]
-        role = aws.iam.Role(f"{name}-node", tags=tags, opts=self.child(),
-                            assume_role_policy=json.dumps({
-                                "Version": "2012-10-17", "Statement": [{
-                                    "Effect": "Allow", "Action": "sts:AssumeRole",
-                                    "Principal": {"Service": "ec2.amazonaws.com"}}]}))
+        role = _ec2_role(f"{name}-node", tags, self.child())
         datasets = _tier_arn(args.storage, desc, "datasets")
         checkpoints = _tier_arn(args.storage, desc, "checkpoints")
         document = pulumi.Output.all(datasets, checkpoints, args.storage.key_arn).apply(
@@ -125,5 +127,33 @@ class BurstPool(Component):
                                 opts=self.child())
         aws.iam.RolePolicyAttachment(f"{name}-node", role=role.name, policy_arn=policy.arn,
                                      opts=self.child())
-        return role, aws.iam.InstanceProfile(f"{name}-node", role=role.name, tags=tags,
-                                             opts=self.child())
+        aws.iam.InstanceProfile(f"{name}-node", name=cloud.run_profile_name(desc, args.group),
+                                role=role.name, tags=tags, opts=self.child())
+        return role
+
+    def _boot_profile(self, name: str, args: BurstPoolArgs, tags: dict[str, str],
+                      run_role: aws.iam.Role
+                      ) -> tuple[aws.iam.Role, aws.iam.InstanceProfile]:
+        """The boot role and its profile, the launch template's: the munge key (MungeKey
+        adds that grant) and the one swap to the run profile (cloud.boot_policy)."""
+        desc, group = args.desc, args.desc.burst_groups[args.group]
+        role = _ec2_role(f"{name}-boot", tags, self.child())
+        profile = aws.iam.InstanceProfile(
+            f"{name}-boot", name=cloud.boot_profile_name(desc, args.group), role=role.name,
+            tags=tags, opts=self.child())
+        document = pulumi.Output.all(profile.arn, run_role.arn).apply(
+            lambda a: json.dumps(cloud.boot_policy(desc, group, a[0], a[1])))
+        policy = aws.iam.Policy(f"{name}-boot", policy=document, tags=tags,
+                                description=f"gpupool burst group {args.group} boot",
+                                opts=self.child())
+        aws.iam.RolePolicyAttachment(f"{name}-boot", role=role.name, policy_arn=policy.arn,
+                                     opts=self.child())
+        return role, profile
+
+
+def _ec2_role(name: str, tags: dict[str, str], opts: pulumi.ResourceOptions) -> aws.iam.Role:
+    """A role EC2 instances assume (through an instance profile)."""
+    return aws.iam.Role(name, tags=tags, opts=opts, assume_role_policy=json.dumps({
+        "Version": "2012-10-17", "Statement": [{
+            "Effect": "Allow", "Action": "sts:AssumeRole",
+            "Principal": {"Service": "ec2.amazonaws.com"}}]}))

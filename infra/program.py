@@ -47,7 +47,7 @@ def declare(desc: Description) -> None:
               for g, b in desc.burst_groups.items()}
     if bursts:
         munge = MungeKey(f"{pool}-munge-key", MungeKeyArgs(
-            desc, storage.key_arn, {g: b.role for g, b in bursts.items()}), home)
+            desc, storage.key_arn, {g: b.boot_role for g, b in bursts.items()}), home)
         pulumi.export("munge_key_secret", munge.secret_arn)
         # Operators attach it to the identity the controller's resume/suspend run with.
         pulumi.export("burst_launcher_policy",
@@ -83,8 +83,9 @@ def _launcher_policy(desc: Description, account: pulumi.Output[str], storage: St
                      bursts: dict[str, BurstPool],
                      opts: pulumi.ResourceOptions) -> aws.iam.Policy:
     """The least privilege of the controller's resume/suspend (cloud.burst_launch_policy),
-    for the node roles of every burst group."""
-    roles = [b.role.arn for _, b in sorted(bursts.items())]
+    for the boot roles of every burst group (the launch templates' profiles; a node passes
+    its run role itself, cloud.boot_policy)."""
+    roles = [b.boot_role.arn for _, b in sorted(bursts.items())]
     document = pulumi.Output.all(account, storage.key_arn, *roles).apply(
         lambda v: json.dumps(cloud.burst_launch_policy(desc, v[0], list(v[2:]), v[1])))
     return aws.iam.Policy(f"{desc.pool.name}-burst-launcher", policy=document,

@@ -17,14 +17,17 @@ from infra.components import Component
 class MungeKeyArgs:
     desc: Description
     key_arn: pulumi.Input[str]  # the pool key (StorageTiers), in the pool's cloud region
-    roles: dict[str, aws.iam.Role]  # burst group -> its nodes' instance role
+    # burst group -> its nodes' boot role (the run role they swap to reads no secret)
+    roles: dict[str, aws.iam.Role]
 
 
 class MungeKey(Component):
     """The secret (in the pool's cloud region, encrypted with the pool key, replicated to
     every other burst region so nodes read it through their own region's endpoint), a
-    secret policy that denies reading it to everyone but the burst node roles, and per
-    group an inline role policy allowing exactly that read.
+    secret policy that denies reading it to everyone but the burst nodes' boot roles, and
+    per group an inline boot role policy allowing exactly that read. A node swaps its boot
+    profile for its run profile once the key is in place (cloud.user_data), so the read
+    ends with the boot.
 
     The program declares no value. The key must be the one the controller already uses
     (roles/slurm generates it there once), so a value generated here would not join the

@@ -9,14 +9,18 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import boto3
 import pytest
 import yaml
+from moto import mock_aws
 
+from gpupool.lab import burst_hosts, localaws
 from gpupool.onhost import burst
 from gpupool.render import cloud
 from gpupool.spec import catalog, loader
@@ -33,12 +37,30 @@ case "$*" in
   *tags/instance/gpupool:slurm-node*) [ -n "${NODE_TAG+x}" ] || exit 22
     printf '%s' "$NODE_TAG" ;;
   *instance-life-cycle*) echo "${LIFE_CYCLE:-spot}" ;;
+  *meta-data/instance-id*) echo i-0fixture ;;
   *local-ipv4*) [ -n "${LOCAL_IPV4+x}" ] || exit 22
     printf '%s' "$LOCAL_IPV4" ;;
   *) exit 22 ;;
 esac
 """
+# aws: Secrets Manager's answer (MUNGE_B64), and EC2's profile association: the boot
+# profile's (ASSOCIATED, a profile ARN; NO_ASSOCIATION=1 for none), replaced unless
+# SWAP_DENIED=1. Each EC2 call is logged as one line in ec2.calls.
 AWS = r"""#!/bin/bash
+if [ "$1" = ec2 ]; then
+  printf '%s\n' "$*" >> "$LOG/ec2.calls"
+  case "$2" in
+    describe-iam-instance-profile-associations)
+      [ -z "${NO_ASSOCIATION:-}" ] || { printf 'None\tNone\n'; exit 0; }
+      profile=${ASSOCIATED:-arn:aws:iam::1:instance-profile/boot}
+      printf 'iip-assoc-0123456789abcdef0\t%s\n' "$profile" ;;
+    replace-iam-instance-profile-association)
+      [ -z "${SWAP_DENIED:-}" ] || { echo 'UnauthorizedOperation' >&2; exit 254; }
+      echo "$*" >> "$LOG/swapped" ;;
+    *) exit 252 ;;
+  esac
+  exit 0
+fi
 printf '%s\n' "$@" > "$LOG/aws.args"
 echo x >> "$LOG/aws.calls"
 [ -n "${MUNGE_B64:-}" ] || { echo 'ResourceNotFoundException' >&2; exit 254; }
@@ -340,3 +362,126 @@ def test_no_address_or_a_hostile_one_leaves_the_exporters_as_the_image_has_them(
     assert cloud.NODE_EXPORTER_UNIT not in done.log("commands")
     assert cloud.DCGM_EXPORTER_UNIT not in done.log("commands")
     assert "systemctl restart slurmd" in done.log("commands")
+
+
+# --- the boot profile swapped for the run profile --------------------------------------
+
+def test_the_boot_swaps_its_profile_for_the_run_profile_once_the_key_is_in_place(
+        tmp_path: Path) -> None:
+    desc = loader.load_stack("lab", ROOT)
+    name, group = next(iter(desc.burst_groups.items()))
+    script = cloud.user_data(desc, name, group)
+    # After the key is written, before munge uses it and anything else runs.
+    assert (script.index(f"{cloud.MUNGE_KEY_PATH}.new {cloud.MUNGE_KEY_PATH}")
+            < script.index("replace-iam-instance-profile-association")
+            < script.index("systemctl restart munge"))
+    done = _boot(tmp_path, script, NODE_TAG="l4-burst-1", MUNGE_B64="eA==")
+    assert done.rc == 0, done.stderr
+    run = cloud.run_profile_name(desc, name)
+    cli = f"--region {group.region} --cli-connect-timeout 5 --cli-read-timeout 10"
+    assert done.log("ec2.calls").splitlines() == [
+        f"ec2 describe-iam-instance-profile-associations {cli} --filters "
+        "Name=instance-id,Values=i-0fixture Name=state,Values=associated --query "
+        "IamInstanceProfileAssociations[0].[AssociationId,IamInstanceProfile.Arn] "
+        "--output text",
+        f"ec2 replace-iam-instance-profile-association {cli} --association-id "
+        f"iip-assoc-0123456789abcdef0 --iam-instance-profile Name={run} --output text"]
+    assert "systemctl restart slurmd" in done.log("commands")
+
+
+@pytest.mark.parametrize("env", [{"NO_ASSOCIATION": "1"}, {"SWAP_DENIED": "1"}])
+def test_a_boot_that_cannot_swap_fails_loudly_after_bounded_tries(
+        tmp_path: Path, env: dict[str, str]) -> None:
+    desc = loader.load_stack("lab", ROOT)
+    name, group = next(iter(desc.burst_groups.items()))
+    done = _boot(tmp_path, cloud.user_data(desc, name, group), NODE_TAG="l4-burst-1",
+                 MUNGE_B64="eA==", **env)
+    assert done.rc == 1
+    assert (f"gpupool: could not swap the boot profile for "
+            f"{cloud.run_profile_name(desc, name)}: the boot fails") in done.stderr
+    assert done.stderr.count("the instance profile swap failed") == cloud.BOOT_ATTEMPTS
+    describes = [c for c in done.log("ec2.calls").splitlines() if "describe-" in c]
+    assert len(describes) == cloud.BOOT_ATTEMPTS
+    commands = done.log("commands")
+    assert "systemctl restart munge" not in commands and "slurmd" not in commands
+    assert not (tmp_path / "etc/default/slurmd").exists()
+
+
+def test_an_association_already_naming_the_run_profile_counts_as_swapped(
+        tmp_path: Path) -> None:
+    """A replace whose reply was lost: the run role cannot replace again, and need not."""
+    desc = loader.load_stack("lab", ROOT)
+    name, group = next(iter(desc.burst_groups.items()))
+    arn = f"arn:aws:iam::1:instance-profile/{cloud.run_profile_name(desc, name)}"
+    done = _boot(tmp_path, cloud.user_data(desc, name, group), NODE_TAG="l4-burst-1",
+                 MUNGE_B64="eA==", ASSOCIATED=arn, SWAP_DENIED="1")
+    assert done.rc == 0, done.stderr
+    assert "replace-" not in done.log("ec2.calls")
+
+
+def _swap_lines(desc: Description, name: str, group: BurstGroup) -> str:
+    """The user-data's swap, as a script of its own: imds() answers the instance id."""
+    lines = cloud.user_data(desc, name, group).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("instance=$(imds"))
+    end = next(i for i, line in enumerate(lines) if "could not swap the boot profile" in line)
+    return "\n".join(["set -euo pipefail", 'imds() { printf "%s" "$INSTANCE_ID"; }',
+                      *lines[start:end + 1], ""])
+
+
+def test_the_swap_against_moto_leaves_the_instance_with_the_run_profile(
+        tmp_path: Path) -> None:
+    """The launch template's boot profile on a launched instance, then the user-data's own
+    swap lines run with the AWS CLI against moto: the association names the run profile,
+    and a second run (a reply lost) finds it so and replaces nothing."""
+    if shutil.which("aws") is None or subprocess.run(
+            ["aws", "--version"], capture_output=True, check=False).returncode != 0:
+        pytest.skip("no AWS CLI here (the burst image carries Debian's)")
+    desc = loader.load_stack("lab", ROOT)
+    name, group = next(iter(desc.burst_groups.items()))
+    with localaws.endpoint() as url:
+        ec2 = boto3.client("ec2", region_name=group.region, endpoint_url=url)
+        burst_hosts.declare_profiles(
+            boto3.client("iam", region_name=group.region, endpoint_url=url), desc)
+        image = ec2.describe_images(MaxResults=1)["Images"][0]["ImageId"]
+        instance = ec2.run_instances(
+            ImageId=image, MinCount=1, MaxCount=1, InstanceType=group.instance_types[0],
+            IamInstanceProfile={"Name": cloud.boot_profile_name(desc, name)},
+        )["Instances"][0]["InstanceId"]
+        script = tmp_path / "swap.sh"
+        script.write_text(_swap_lines(desc, name, group))
+        env = {**os.environ, **localaws.FIXTURE_CREDENTIALS, "AWS_ENDPOINT_URL": url,
+               "INSTANCE_ID": instance, "HOME": str(tmp_path)}
+        for _ in range(2):
+            done = subprocess.run(["bash", str(script)], capture_output=True, text=True,
+                                  env=env, timeout=120, check=False)
+            assert done.returncode == 0, done.stderr
+            (assoc,) = ec2.describe_iam_instance_profile_associations(Filters=[
+                {"Name": "instance-id", "Values": [instance]}])["IamInstanceProfileAssociations"]
+            assert assoc["IamInstanceProfile"]["Arn"].endswith(
+                f":instance-profile/{cloud.run_profile_name(desc, name)}")
+            assert "swap failed" not in done.stderr
+
+
+def test_the_swap_sequence_in_moto_names_the_run_profile() -> None:
+    """The same sequence through boto3 in moto's in-process mock: the boot profile is the
+    instance's, describe (by instance id, associated) finds its association, replace names
+    the run profile; the instance's own record follows."""
+    desc = loader.load_stack("lab", ROOT)
+    name, group = next(iter(desc.burst_groups.items()))
+    boot, run = cloud.boot_profile_name(desc, name), cloud.run_profile_name(desc, name)
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name=group.region)
+        burst_hosts.declare_profiles(boto3.client("iam", region_name=group.region), desc)
+        image = ec2.describe_images(MaxResults=1)["Images"][0]["ImageId"]
+        instance = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1,
+                                     IamInstanceProfile={"Name": boot})["Instances"][0]
+        filters = [{"Name": "instance-id", "Values": [instance["InstanceId"]]},
+                   {"Name": "state", "Values": ["associated"]}]
+        (before,) = ec2.describe_iam_instance_profile_associations(
+            Filters=filters)["IamInstanceProfileAssociations"]
+        assert before["IamInstanceProfile"]["Arn"].endswith(f":instance-profile/{boot}")
+        ec2.replace_iam_instance_profile_association(
+            AssociationId=before["AssociationId"], IamInstanceProfile={"Name": run})
+        (after,) = ec2.describe_iam_instance_profile_associations(
+            Filters=filters)["IamInstanceProfileAssociations"]
+        assert after["IamInstanceProfile"]["Arn"].endswith(f":instance-profile/{run}")

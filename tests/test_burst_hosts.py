@@ -124,6 +124,16 @@ def test_declared_network_and_templates_are_what_the_launch_and_boot_read() -> N
         assert data["MetadataOptions"]["HttpTokens"] == "required"
         assert data["MetadataOptions"]["InstanceMetadataTags"] == "enabled"
         assert base64.b64decode(data["UserData"]).decode().startswith("#!/bin/bash\n")
+        # The template's boot profile, which the lab associates as EC2 would (moto's fleets
+        # do not), once; the boot's swap finds it there.
+        boot = cloud.boot_profile_name(DESC, "l4-burst")
+        assert data["IamInstanceProfile"] == {"Name": boot}
+        for _ in range(2):
+            burst_hosts.associate_boot_profile(ec2, DESC, instance)
+        (assoc,) = ec2.describe_iam_instance_profile_associations(Filters=[
+            {"Name": "instance-id", "Values": [launched.instance_id]}])[
+            "IamInstanceProfileAssociations"]
+        assert assoc["IamInstanceProfile"]["Arn"].endswith(f":instance-profile/{boot}")
 
 
 def test_the_labs_hybrid_link_exempts_exactly_cloud_to_onprem_from_masquerade() -> None:

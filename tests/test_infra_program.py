@@ -3,10 +3,12 @@ Pulumi engine and cloud APIs are replaced by gpupool.preview.pulumi_mock, which 
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
 import runpy
 from collections import defaultdict
+from typing import Any
 
 import pytest
 import yaml
@@ -480,18 +482,18 @@ def test_munge_key_secret_is_the_programs_encrypted_with_the_pool_key_and_holds_
     assert run.outputs["munge_key_secret"] == f"arn:mock:{secret.type}:{secret.name}"
 
 
-def test_munge_key_readable_only_by_the_burst_node_roles(stack: str) -> None:
+def test_munge_key_readable_only_by_the_burst_nodes_boot_roles(stack: str) -> None:
     desc = loader.load_stack(stack, ROOT)
     run = declared(stack)
     pool = desc.pool.name
     secret = one(run, "secretsmanager/secret:Secret", f"{pool}-munge-key")
     secret_arn = f"arn:mock:{secret.type}:{secret.name}"
     key_arn = f"arn:mock:aws:kms/key:Key:{pool}-key"
-    roles = {g: f"arn:mock:aws:iam/role:Role:{cloud.burst_name(desc, g)}-node"
+    roles = {g: f"arn:mock:aws:iam/role:Role:{cloud.burst_name(desc, g)}-boot"
              for g in desc.burst_groups}
     for g, group in desc.burst_groups.items():
         grant = one(run, "iam/rolePolicy:RolePolicy", f"{pool}-munge-key-{g}")
-        assert grant.inputs["role"] == f"{cloud.burst_name(desc, g)}-node"
+        assert grant.inputs["role"] == f"{cloud.burst_name(desc, g)}-boot"
         doc = {s["Sid"]: s for s in json.loads(grant.inputs["policy"])["Statement"]}
         assert doc["ReadMungeKey"]["Action"] == ["secretsmanager:GetSecretValue"]
         assert doc["ReadMungeKey"]["Resource"] == [secret_arn]
@@ -513,6 +515,70 @@ def test_munge_key_readable_only_by_the_burst_node_roles(stack: str) -> None:
               and "secretsmanager" in r.inputs["policy"]
               and not r.name.startswith(f"{pool}-munge-key-")]
     assert others == []
+
+
+def _role_grants(run: pulumi_mock.Run, role: str) -> list[dict[str, Any]]:
+    """Every statement a role holds: its attached policies' and its inline ones'."""
+    attached = [r.inputs["policyArn"].rsplit(":", 1)[1]
+                for r in of_type(run, ":RolePolicyAttachment") if r.inputs["role"] == role]
+    docs = [one(run, "iam/policy:Policy", p).inputs["policy"] for p in attached]
+    docs += [r.inputs["policy"] for r in of_type(run, "iam/rolePolicy:RolePolicy")
+             if r.inputs["role"] == role]
+    return [st for d in docs for st in json.loads(d)["Statement"]]
+
+
+def test_a_node_boots_with_the_boot_profile_and_swaps_to_the_run_profile(stack: str) -> None:
+    """The launch template gives the boot profile; the boot role reads the munge key and
+    swaps its own instance's profile for the run profile (only while the instance carries
+    the boot profile, only on the pool's instances, passing only the run role) and holds
+    nothing of S3 or the checkpoints; the run role holds the node's S3 and nothing of
+    Secrets Manager; the user-data names the run profile, whose declared name it is."""
+    desc = loader.load_stack(stack, ROOT)
+    run = declared(stack)
+    for g, group in desc.burst_groups.items():
+        name = cloud.burst_name(desc, g)
+        boot_profile = one(run, ":InstanceProfile", f"{name}-boot").inputs
+        run_profile = one(run, ":InstanceProfile", f"{name}-node").inputs
+        assert (boot_profile["name"], boot_profile["role"]) == (
+            cloud.boot_profile_name(desc, g), f"{name}-boot")
+        assert (run_profile["name"], run_profile["role"]) == (
+            cloud.run_profile_name(desc, g), f"{name}-node")
+        template = one(run, ":LaunchTemplate", name).inputs
+        boot_arn = f"arn:mock:aws:iam/instanceProfile:InstanceProfile:{name}-boot"
+        assert template["iamInstanceProfile"] == {"arn": boot_arn}
+        user_data = base64.b64decode(template["userData"]).decode()
+        assert f"--iam-instance-profile Name={cloud.run_profile_name(desc, g)} " in user_data
+
+        boot = _role_grants(run, f"{name}-boot")
+        actions = sorted(a for st in boot for a in st["Action"])
+        assert actions == sorted(["secretsmanager:GetSecretValue", "kms:Decrypt",
+                                  "ec2:DescribeIamInstanceProfileAssociations",
+                                  "ec2:ReplaceIamInstanceProfileAssociation", "iam:PassRole"])
+        assert not any(a.startswith("s3:") for a in actions)
+        sids = {st["Sid"]: st for st in boot}
+        assert sids["DecryptMungeKey"]["Condition"]["StringEquals"]["kms:ViaService"] == \
+            f"secretsmanager.{group.region}.amazonaws.com"  # the secret's key only
+        assert sids["SwapBootForRunProfile"]["Resource"] == [
+            f"arn:aws:ec2:{group.region}:*:instance/*"]
+        assert sids["SwapBootForRunProfile"]["Condition"] == {
+            "ArnEquals": {"ec2:InstanceProfile": boot_arn},
+            "StringEquals": {"ec2:ResourceTag/pool": desc.pool.name}}
+        assert sids["PassRunRole"]["Resource"] == [f"arn:mock:aws:iam/role:Role:{name}-node"]
+        assert sids["PassRunRole"]["Condition"] == {
+            "StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
+
+        node = _role_grants(run, f"{name}-node")
+        node_actions = {a for st in node for a in st["Action"]}
+        assert not any(a.startswith(("secretsmanager:", "ec2:", "iam:")) for a in node_actions)
+        assert {"s3:GetObject", "s3:PutObject"} <= node_actions
+        assert json.dumps(node).count("secretsmanager") == 0
+    # The launcher passes the launch templates' (boot) roles only.
+    launcher = json.loads(one(run, "iam/policy:Policy", f"{desc.pool.name}-burst-launcher"
+                              ).inputs["policy"])
+    (passes,) = [st for st in launcher["Statement"] if st["Sid"] == "PassNodeRoles"]
+    assert passes["Resource"] == sorted(
+        f"arn:mock:aws:iam/role:Role:{cloud.burst_name(desc, g)}-boot"
+        for g in desc.burst_groups)
 
 
 def test_a_burst_group_elsewhere_reads_its_regions_replica_without_the_pool_key() -> None:

@@ -92,7 +92,7 @@ def test_nodes_use_the_pool_key_only_through_s3_in_its_region() -> None:
 # --- the burst launcher (resume/suspend) ------------------------------------------------
 
 def _launcher(desc: Description) -> dict[str, dict[str, Any]]:
-    roles = [f"arn:aws:iam::111122223333:role/{cloud.burst_name(desc, g)}-node"
+    roles = [f"arn:aws:iam::111122223333:role/{cloud.burst_name(desc, g)}-boot"
              for g in desc.burst_groups]
     return _sids(cloud.burst_launch_policy(desc, "111122223333", roles,
                                            "arn:aws:kms:eu-west-1:111122223333:key/k"))
@@ -115,7 +115,7 @@ def test_launcher_launches_only_from_the_pools_templates_into_its_network() -> N
     assert s["TagAtLaunchOnly"]["Condition"] == {
         "StringEquals": {"ec2:CreateAction": ["CreateFleet", "RunInstances"]}}
     assert s["PassNodeRoles"]["Resource"] == [
-        "arn:aws:iam::111122223333:role/lab-l4-burst-node"]
+        "arn:aws:iam::111122223333:role/lab-l4-burst-boot"]
     # Every launch permission is fenced by the pool's tag or its templates.
     for sid, st in s.items():
         if "ec2:RunInstances" in st["Action"]:
@@ -162,7 +162,7 @@ def test_launcher_policy_is_declared_for_the_pool_and_exported(stack: str) -> No
     run = declared(stack)
     pool = desc.pool.name
     policy = one(run, "iam/policy:Policy", f"{pool}-burst-launcher")
-    roles = [f"arn:mock:aws:iam/role:Role:{cloud.burst_name(desc, g)}-node"
+    roles = [f"arn:mock:aws:iam/role:Role:{cloud.burst_name(desc, g)}-boot"
              for g in desc.burst_groups]
     assert roles
     assert _doc(policy.inputs["policy"]) == cloud.burst_launch_policy(

@@ -17,7 +17,10 @@ boots a real host, which joins Slurm by the launch template's real user-data.
   from their management address, as the flows say.
 - **The boot**: the instance's user-data (from its launch template) is the host's NoCloud
   seed; the metadata fixture serves the instance's id, type, zone, life cycle, tags and the
-  instance role's (fixture) credentials.
+  instance role's (fixture) credentials. The instance carries its template's boot profile
+  (associated here: moto's fleets do not), which the boot swaps for the run profile in
+  moto; the fixture serves one credential throughout and moto enforces no IAM, so what
+  each role may do is proven by its policy (tests/test_infra_program.py), not here.
 
 A burst host's firewall is the image's: the hardening role's ruleset for a burst node
 (flows.burst_inbound, any of its addresses), as playbooks/burst_image.yml applies it; on
@@ -72,14 +75,34 @@ def declare_network(ec2: Any, desc: Description, region: str) -> dict[str, tuple
     return made
 
 
+def declare_profiles(iam: Any, desc: Description) -> None:
+    """Each burst group's boot and run instance profiles, with their roles, under the
+    names infra/burst.py gives them (the user-data names the run profile). Their policies
+    are not declared: moto enforces no IAM (tests/test_infra_program.py proves them)."""
+    trust = json.dumps({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Action": "sts:AssumeRole",
+        "Principal": {"Service": "ec2.amazonaws.com"}}]})
+    for name in desc.burst_groups:
+        for profile in (cloud.boot_profile_name(desc, name), cloud.run_profile_name(desc, name)):
+            iam.create_role(RoleName=profile, AssumeRolePolicyDocument=trust)
+            iam.create_instance_profile(InstanceProfileName=profile)
+            iam.add_role_to_instance_profile(InstanceProfileName=profile, RoleName=profile)
+
+
 def declare_templates(ec2: Any, desc: Description, image_id: str) -> None:
     """Each burst group's launch template as infra/burst.py declares it, as far as moto
-    and the boot read it: the image, IMDSv2 with instance tags, the user-data."""
+    and the boot read it: the image, the boot profile (declare_profiles, in the same
+    moto), IMDSv2 with instance tags, the user-data."""
+    import boto3  # noqa: PLC0415 - as gpupool.onhost.burst: only where AWS is spoken to
+
+    declare_profiles(boto3.client("iam", endpoint_url=ec2.meta.endpoint_url,
+                                  region_name=ec2.meta.region_name), desc)
     for name, group in desc.burst_groups.items():
         ec2.create_launch_template(
             LaunchTemplateName=cloud.burst_name(desc, name),
             LaunchTemplateData={
                 "ImageId": image_id,
+                "IamInstanceProfile": {"Name": cloud.boot_profile_name(desc, name)},
                 "MetadataOptions": {"HttpEndpoint": "enabled", "HttpTokens": "required",
                                     "HttpPutResponseHopLimit": 1,
                                     "InstanceMetadataTags": "enabled"},
@@ -99,6 +122,19 @@ def _user_data(ec2: Any, desc: Description, instance: dict[str, Any]) -> str:
         LaunchTemplateName=cloud.burst_name(desc, group), Versions=["$Latest"])[
         "LaunchTemplateVersions"][0]["LaunchTemplateData"]
     return base64.b64decode(data.get("UserData", "")).decode()
+
+
+def associate_boot_profile(ec2: Any, desc: Description, instance: dict[str, Any]) -> None:
+    """FIXTURE (moto): EC2 associates a launch template's instance profile with the
+    instance it launches; moto's fleets do not, so the lab does it before the boot, which
+    swaps it for the run profile (cloud.user_data)."""
+    found = ec2.describe_iam_instance_profile_associations(Filters=[
+        {"Name": "instance-id", "Values": [instance["InstanceId"]]}])
+    if not found["IamInstanceProfileAssociations"]:
+        group = _tags(instance).get("burst-group", "")
+        ec2.associate_iam_instance_profile(
+            InstanceId=instance["InstanceId"],
+            IamInstanceProfile={"Name": cloud.boot_profile_name(desc, group)})
 
 
 def _tags(instance: dict[str, Any]) -> dict[str, str]:
@@ -216,6 +252,7 @@ def _running(ec2: Any, desc: Description) -> list[dict[str, Any]]:
 def _boot(desc: Description, ec2: Any, instance: dict[str, Any], *, image: str,
           subnets: dict[str, tuple[str, str]], endpoint: str, region: str) -> None:
     node = _tags(instance)[cloud.TAG_SLURM_NODE]
+    associate_boot_profile(ec2, desc, instance)
     segment, cidr = subnets[instance["SubnetId"]]
     net = _network(desc, segment, cidr)
     name = host_name(desc, node)

@@ -331,6 +331,19 @@ def burst_name(desc: Description, group: str) -> str:
     return f"{desc.pool.name}-{group}"
 
 
+def boot_profile_name(desc: Description, group: str) -> str:
+    """The instance profile a burst group's launch template gives every instance: its role
+    reads the munge key and swaps this profile for the run profile, nothing else."""
+    return f"{burst_name(desc, group)}-boot"
+
+
+def run_profile_name(desc: Description, group: str) -> str:
+    """The instance profile a burst node runs with once its boot has swapped it in: its
+    role (node_policy) reaches the datasets and its teams' checkpoints, never the munge
+    key. The user-data names it, so the program gives it this name."""
+    return f"{burst_name(desc, group)}-node"
+
+
 def burst_image_name(desc: Description, region: str) -> str:
     """Name of a burst region's image pipeline and its parts (component, recipe,
     configurations): one image per region serves every burst group there."""
@@ -638,9 +651,32 @@ def munge_read_policy(desc: Description, group: BurstGroup, secret_arn: str,
     return {"Version": "2012-10-17", "Statement": statements}
 
 
+def boot_policy(desc: Description, group: BurstGroup, boot_profile_arn: str,
+                run_role_arn: str) -> dict[str, Any]:
+    """What a burst node's boot role may do besides reading the munge key
+    (munge_read_policy, which MungeKey grants it): find its instance's profile association
+    and replace it with the run profile, only on the pool's instances in the group's
+    region that still carry the boot profile (so a node swaps once, and never back), and
+    pass only the run role. No S3, no checkpoints: the boot needs none."""
+    return {"Version": "2012-10-17", "Statement": [
+        # EC2's Describe calls take no resource.
+        {"Sid": "FindProfileAssociation", "Effect": "Allow",
+         "Action": ["ec2:DescribeIamInstanceProfileAssociations"], "Resource": "*"},
+        {"Sid": "SwapBootForRunProfile", "Effect": "Allow",
+         "Action": ["ec2:ReplaceIamInstanceProfileAssociation"],
+         "Resource": [f"arn:aws:ec2:{group.region}:*:instance/*"],
+         "Condition": {"ArnEquals": {"ec2:InstanceProfile": boot_profile_arn},
+                       "StringEquals": {f"ec2:ResourceTag/{TAG_POOL}": desc.pool.name}}},
+        {"Sid": "PassRunRole", "Effect": "Allow", "Action": ["iam:PassRole"],
+         "Resource": [run_role_arn],
+         "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}},
+    ]}
+
+
 def munge_secret_policy(role_arns: list[str]) -> dict[str, Any]:
-    """The secret's own policy: nobody but the burst node roles reads the value, whatever
-    their identity policies grant (an administrator can still put a new value)."""
+    """The secret's own policy: nobody but the burst nodes' boot roles reads the value (a
+    node's run role neither: boot_policy), whatever their identity policies grant (an
+    administrator can still put a new value)."""
     return {"Version": "2012-10-17", "Statement": [
         {"Sid": "OnlyBurstNodesRead", "Effect": "Deny", "Principal": "*",
          "Action": ["secretsmanager:GetSecretValue"], "Resource": "*",
@@ -657,7 +693,8 @@ def burst_launch_policy(desc: Description, account: str, role_arns: list[str],
     """What the controller's resume and suspend programs (gpupool/onhost/burst.py) may do,
     whatever identity the controller runs them with: launch only from the pool's launch
     templates (tagged with the pool) into the pool's subnets and groups, an instance that
-    carries the pool tag from launch; pass only the burst node roles; terminate only
+    carries the pool tag from launch; pass only the burst nodes' boot roles (the launch
+    templates' profiles); terminate only
     instances tagged with this pool and a Slurm node name, the two tags suspend matches.
     EC2 Fleet launches with the caller's RunInstances permission, so RunInstances is where
     a fleet is fenced; EC2's Describe calls take no resource, so they are not."""
@@ -749,9 +786,44 @@ def mount_units(desc: Description) -> list[str]:
             if t.mount is not None and t.mount.fstype in SHARED_FSTYPES]
 
 
-def _join_slurm(desc: Description, group: BurstGroup) -> list[str]:
+def _swap_profile(desc: Description, name: str, group: BurstGroup) -> list[str]:
+    """Shell lines, run once the munge key is in place, that end the instance's right to
+    read it: its boot profile's association is replaced with the run profile's
+    (boot_policy), so the metadata service serves the run role's credentials from then
+    on. Bounded tries; a node that cannot swap fails its boot (exit 1, slurmd never
+    starts, ResumeTimeout terminates it). Already swapped (a reply lost on the way) counts
+    as done."""
+    q = shlex.quote
+    run = run_profile_name(desc, name)
+    cli = (f"--region {q(group.region)} --cli-connect-timeout 5 --cli-read-timeout 10")
+    return [
+        "instance=$(imds instance-id) || { echo 'gpupool: no instance id' >&2; exit 1; }",
+        "swapped=''",
+        f"for attempt in $(seq {BOOT_ATTEMPTS}); do",
+        f"  if found=$(aws ec2 describe-iam-instance-profile-associations {cli} "
+        '--filters "Name=instance-id,Values=$instance" Name=state,Values=associated '
+        "--query 'IamInstanceProfileAssociations[0].[AssociationId,IamInstanceProfile.Arn]' "
+        '--output text) && read -r association profile <<<"$found" '
+        "&& [[ $association == iip-assoc-* ]]; then",
+        f"    if [[ $profile == */{q(run)} ]] || aws ec2 replace-iam-instance-profile-association "
+        f'{cli} --association-id "$association" --iam-instance-profile '
+        f"Name={q(run)} --output text >/dev/null; then",
+        "      swapped=1; break",
+        "    fi",
+        "  fi",
+        f'  echo "gpupool: the instance profile swap failed (try $attempt)" >&2; '
+        f"sleep {BOOT_RETRY_S}",
+        "done",
+        '[ -n "$swapped" ] || { echo '
+        + q(f"gpupool: could not swap the boot profile for {run}: the boot fails")
+        + " >&2; exit 1; }",
+    ]
+
+
+def _join_slurm(desc: Description, name: str, group: BurstGroup) -> list[str]:
     """Shell lines that make a booted instance a Slurm node: its node name from its tags,
-    the pool's munge key from Secrets Manager, slurmd configless from the controller.
+    the pool's munge key from Secrets Manager (then the boot profile swapped for the run
+    profile, _swap_profile), slurmd configless from the controller.
     Every value from the description is quoted; the tag is checked against the node-name
     rule before use."""
     ctls = controller_addresses(desc)
@@ -804,6 +876,7 @@ def _join_slurm(desc: Description, group: BurstGroup) -> list[str]:
         f"chmod 0400 {q(MUNGE_KEY_PATH + '.new')}",
         f"mv -f {q(MUNGE_KEY_PATH + '.new')} {q(MUNGE_KEY_PATH)}",
         "umask 022",
+        *_swap_profile(desc, name, group),
         "systemctl restart munge",
         # The network tiers, over the hybrid link: their units are in the image (role
         # storage), enabled; started here, each bounded by its unit's TimeoutSec and
@@ -954,5 +1027,5 @@ def user_data(desc: Description, name: str, group: BurstGroup) -> str:
             # Read by kubelet's systemd unit (kubeadm's EnvironmentFile) before it joins.
             "printf 'KUBELET_EXTRA_ARGS=\"%s\"\\n' \"$args\" > /etc/default/kubelet",
         ]
-    lines += _join_slurm(desc, group)
+    lines += _join_slurm(desc, name, group)
     return "\n".join(lines) + "\n"

@@ -666,9 +666,18 @@ def test_burst_instance_boots_into_the_pool_runs_the_job_and_is_terminated(clust
     assert "slurm.conf" in on_host(node, "ls /var/lib/slurm/slurmd/conf-cache")
     # Only root reaches the metadata service, and with it the node role's credentials: a
     # member's process (as any job's is) is refused a token, and without credentials gets
-    # no munge key from Secrets Manager; root's, as the boot's, still gets both.
+    # no munge key from Secrets Manager; root's still gets both here (the metadata fixture
+    # serves one credential and moto enforces no IAM: on EC2 the run role's is refused).
     assert _metadata_and_secret(node, "root") == ("reached", "read")
     assert _metadata_and_secret(node, user) == ("refused", "refused: no credentials")
+    # The boot swapped the template's boot profile for the run profile once the key was
+    # in place: the instance's association in the lab's EC2 names the run profile.
+    (association,) = aws_lab.ec2.describe_iam_instance_profile_associations(Filters=[
+        {"Name": "instance-id", "Values": [launched.instance_id]}])[
+        "IamInstanceProfileAssociations"]
+    group_name = next(iter(aws_lab.config["groups"]))
+    assert association["IamInstanceProfile"]["Arn"].endswith(
+        f":instance-profile/{cloud.run_profile_name(DESC, group_name)}"), association
     # The gate's quick tier passed on the host before slurmd started (gpupool/gate/boot.py).
     report_file = f"{cloud.GATE_REPORTS}/{node}.json"
     report = json.loads(on_host(node, f"cat {report_file}"))
