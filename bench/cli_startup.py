@@ -1,7 +1,8 @@
-"""CPU time of the light `gpupool` verbs (validate, show, inventory) on the lab stack, as a
-user runs them: a fresh interpreter each time, bytecode cache warm (one untimed run
-first). Target (issue 13): under 0.3 CPU-seconds each, which holds only while these verbs
-import neither Pulumi nor matplotlib.
+"""CPU time of the light `gpupool` verbs (validate, show, inventory) on the lab stack, and of
+`gpupool --help` and `--version` (which import no verb's module: issue 52), as a user runs
+them: a fresh interpreter each time, bytecode cache warm (one untimed run first). Target
+(issue 13): under 0.3 CPU-seconds each, which holds only while these verbs import neither
+Pulumi nor matplotlib.
 
     python -m bench cli_startup     # writes bench/results/cli_startup.json
 """
@@ -17,6 +18,7 @@ import bench
 from gpupool.paths import PROJECT_ROOT
 
 VERBS = ("validate", "show", "inventory")
+BARE = ("--help", "--version")  # run without a verb
 RUNS = 7
 SHAPE = {"target_cpu_s": float,
          "verbs": {str: {"cpu_s_median": float, "cpu_s_max": float, "runs": int,
@@ -31,11 +33,14 @@ def _cpu_s(argv: list[str]) -> float:
 
 
 def heavy_modules(verb: str) -> list[str]:
-    """Which heavy libraries the verb loads (none, if the imports stay lazy)."""
-    code = ("import sys; from gpupool import cli; cli.main(sys.argv[1:]); "
+    """Which heavy libraries the verb (or --help, --version) loads (none, if the imports
+    stay lazy)."""
+    code = ("import sys\nfrom gpupool import cli\ntry:\n    cli.main(sys.argv[1:])\n"
+            "except SystemExit:\n    pass\n"
             "print('HEAVY=' + ' '.join(sorted({'pulumi', 'pulumi_aws', 'matplotlib', 'boto3', "
             "'ansible', 'jsonschema'} & set(sys.modules))))")
-    out = subprocess.run([sys.executable, "-c", code, verb, "--stack", "lab"], check=True,
+    argv = [verb] if verb in BARE else [verb, "--stack", "lab"]
+    out = subprocess.run([sys.executable, "-c", code, *argv], check=True,
                          capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=60).stdout
     return out.rpartition("HEAVY=")[2].split()
 
@@ -43,8 +48,8 @@ def heavy_modules(verb: str) -> list[str]:
 def main() -> int:
     gpupool = str(PROJECT_ROOT / ".venv" / "bin" / "gpupool")
     verbs = {}
-    for verb in VERBS:
-        argv = [gpupool, verb, "--stack", "lab"]
+    for verb in (*VERBS, *BARE):
+        argv = [gpupool, verb] if verb in BARE else [gpupool, verb, "--stack", "lab"]
         _cpu_s(argv)  # warm the bytecode cache
         samples = [_cpu_s(argv) for _ in range(RUNS)]
         verbs[verb] = {"cpu_s_median": round(statistics.median(samples), 3),

@@ -6,6 +6,8 @@ import argparse
 import gc
 import importlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,58 @@ from gpupool.paths import DATA, PROJECT_ROOT
 def test_light_verbs_load_no_heavy_library(verb: str) -> None:
     # Pulumi and matplotlib cost about a second; these verbs need neither.
     assert heavy_modules(verb) == []
+
+
+# What neither --help, --version nor any verb's --help may import (the base install has none
+# of them, and each costs start-up time: bench/cli_startup.py measures it).
+HEAVY = {"pulumi", "pulumi_aws", "pulumi_kubernetes", "pulumi_policy", "boto3", "ansible",
+         "testinfra", "matplotlib", "jsonschema", "kubernetes_validate"}
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["valdiate"],
+                                  *([verb, "--help"] for verb in registry.VERBS)],
+                         ids=" ".join)
+def test_help_and_version_import_no_heavy_module(argv: list[str]) -> None:
+    code = ("import sys\nfrom gpupool.cli import main\ntry:\n    main(sys.argv[1:])\n"
+            "except SystemExit:\n    pass\nprint('LOADED=' + ' '.join(sorted({m.split('.')[0] "
+            "for m in sys.modules})))")
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                          cwd=PROJECT_ROOT, timeout=60, check=False)
+    loaded = set(proc.stdout.rpartition("LOADED=")[2].split())
+    assert "gpupool" in loaded, proc.stdout + proc.stderr
+    assert loaded & HEAVY == set()
+
+
+def test_help_version_and_a_typo_import_no_verb_module() -> None:
+    code = ("import sys\nfrom gpupool.cli import main\nfor argv in (['--help'], ['--version'], "
+            "['valdiate']):\n    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "print('VERBS=' + ' '.join(m for m in sys.modules "
+            "if m.startswith('gpupool.cli.commands.')))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=PROJECT_ROOT, timeout=60, check=False)
+    assert "VERBS=" in proc.stdout, proc.stderr
+    assert proc.stdout.rpartition("VERBS=")[2].split() == []
+
+
+def test_a_verb_whose_extra_is_missing_says_which_in_its_help_and_exits_2(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """What the base install's `gpupool gate` does (tests/test_wheel.py runs the real one)."""
+    monkeypatch.setattr(registry, "COMMANDS", {})
+    monkeypatch.setattr(registry, "MISSING", {})
+    real = importlib.import_module
+
+    def no_pytest(name: str, *a: object) -> object:
+        if name == "gpupool.cli.commands.gate":
+            raise ModuleNotFoundError("No module named 'pytest'", name="pytest")
+        return real(name, *a)
+
+    monkeypatch.setattr(registry.importlib, "import_module", no_pytest)
+    with pytest.raises(SystemExit) as done:
+        cli.main(["gate", "--help"])
+    assert done.value.code == 0
+    assert "pip install 'gpupool[gate]'" in capsys.readouterr().out.replace("\n", " ")
+    assert cli.main(["gate", "--tier", "quick", "lab-gpu1"]) == cli.EXIT_USAGE
+    assert "pip install 'gpupool[gate]'" in capsys.readouterr().err
 
 
 def test_every_verb_module_registers_its_verb() -> None:
@@ -51,7 +105,7 @@ def test_batch_verbs_run_without_the_cyclic_collector_and_give_it_back(
 
 def test_a_verb_missing_from_the_map_is_refused() -> None:
     with pytest.raises(ValueError, match="VERBS"):
-        registry.command("frobnicate", "not a verb")
+        registry.command("frobnicate")
 
 
 def test_stacks_resolve_in_the_project_found_from_the_working_folder(

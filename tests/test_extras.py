@@ -99,7 +99,6 @@ def test_the_gate_extra_is_enough(tmp_path: Path) -> None:
     assert _probe([sys.executable, "-S"], _clean_env(), (site, ROOT)) == []
 
 
-
 def test_the_base_install_is_light_and_all_is_everything() -> None:
     """The base dependencies validate a description and nothing heavy comes with them;
     `gpupool[all]` names every other extra."""
@@ -120,7 +119,7 @@ def test_a_verb_without_its_extra_says_which_to_install(
         raise ModuleNotFoundError("No module named 'pulumi'", name="pulumi")
 
     monkeypatch.setattr(plan, "declare", missing)
-    assert cli.main(["plan", "--stack", "lab"]) == cli.EXIT_INVALID
+    assert cli.main(["plan", "--stack", "lab"]) == cli.EXIT_USAGE
     err = capsys.readouterr().err
     assert "pip install 'gpupool[cloud]'" in err and "Traceback" not in err
 

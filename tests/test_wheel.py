@@ -23,8 +23,10 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
+from gpupool.cli import registry
 from gpupool.gate import bundle
 from tests.conftest import ROOT
+from tests.test_extras import PROJECT, _closure
 
 BIN = Path(sys.executable).parent
 # A role's files outside itself, reached as "{{ role_path }}/../../<path>".
@@ -32,10 +34,10 @@ OUTSIDE = re.compile(r"\{\{ role_path \}\}/\.\./\.\./([\w./-]+)")
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel built from the tracked files, unpacked: its site-packages."""
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from the tracked files."""
     tmp = tmp_path_factory.mktemp("wheel")
-    src, dist, site = tmp / "src", tmp / "dist", tmp / "site"
+    src, dist = tmp / "src", tmp / "dist"
     tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
                              check=True, timeout=60).stdout.decode().split("\0")
     for rel in filter(None, tracked):
@@ -46,11 +48,42 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         dest.write_bytes((ROOT / rel).read_bytes())
     subprocess.run([sys.executable, "-m", "hatchling", "build", "-t", "wheel", "-d",
                     str(dist)], cwd=src, check=True, capture_output=True, timeout=120)
-    (wheel,) = dist.glob("gpupool-*.whl")
+    (built,) = dist.glob("gpupool-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel, unpacked: its site-packages."""
+    site = tmp_path_factory.mktemp("site")
     with zipfile.ZipFile(wheel) as z:
         assert not [n for n in z.namelist() if "__pycache__" in n]
         z.extractall(site)  # noqa: S202 (the wheel this test just built, not a tar)
     return site
+
+
+@pytest.fixture(scope="module")
+def base_install(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`pip install gpupool` without an extra, in a fresh venv: pip installs the wheel (its
+    `gpupool` script included) without the package index, and the base dependencies (and
+    what they require) are this venv's, seen through a .pth file. Its bin folder."""
+    venv = tmp_path_factory.mktemp("base") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120,
+                   capture_output=True)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                    "--no-index", "--no-deps", str(wheel)], check=True, timeout=120,
+                   capture_output=True)
+    deps = venv.parent / "deps"
+    deps.mkdir()
+    for dist in _closure(PROJECT["dependencies"]):
+        base = Path(str(dist.locate_file("")))
+        for top in {f.parts[0] for f in dist.files or [] if f.parts and f.parts[0] != ".."}:
+            if top not in {"bin", "__pycache__"} and (base / top).exists() \
+                    and not (deps / top).exists():
+                (deps / top).symlink_to(base / top)
+    (site,) = (venv / "lib").glob("python3*/site-packages")
+    (site / "base-dependencies.pth").write_text(f"{deps}\n")
+    return venv / "bin"
 
 
 def _run(argv: list[str], cwd: Path, site: Path) -> subprocess.CompletedProcess[str]:
@@ -126,3 +159,43 @@ def test_the_gate_bundle_packs_from_the_installed_wheel(installed: Path, tmp_pat
     locked = {(canonicalize_name(r.split("==")[0]), r.split("==")[1])
               for r in bundle.requirements()}
     assert packed == locked
+
+
+def _bare(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """argv with nothing of this venv's or the checkout's on its paths."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+def test_the_base_install_helps_with_every_verb_and_names_the_missing_extra(
+        base_install: Path, tmp_path: Path) -> None:
+    gpupool = str(base_install / "gpupool")
+    heavy = _bare([str(base_install / "python"), "-c",
+                   "import importlib.util as u; print([m for m in ('pulumi', 'ansible', "
+                   "'pytest', 'matplotlib') if u.find_spec(m)])"], tmp_path)
+    assert heavy.stdout.strip() == "[]", "the base venv sees an extra's packages"
+    for argv in (["--help"], ["--version"], *([verb, "--help"] for verb in registry.VERBS)):
+        proc = _bare([gpupool, *argv], tmp_path)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, \
+            f"{argv}: {proc.stdout}{proc.stderr}"
+        if argv[0] in registry.VERBS:
+            assert proc.stdout.startswith(f"usage: gpupool {argv[0]}"), proc.stdout
+    typo = _bare([gpupool, "valdiate"], tmp_path)
+    assert typo.returncode == 2 and "invalid choice" in typo.stderr, typo.stderr
+    assert "Traceback" not in typo.stderr
+    gate = _bare([gpupool, "gate", "--help"], tmp_path)
+    assert "pip install 'gpupool[gate]'" in " ".join(gate.stdout.split()), gate.stdout
+    # In a project of its own, the light verbs run; each heavy one names its extra, exit 2.
+    assert _bare([gpupool, "init", "mine"], tmp_path).returncode == 0
+    project = tmp_path / "mine"
+    for argv in (["validate"], ["show"], ["inventory"], ["slurm", "render"],
+                 ["policy", "--list"]):
+        proc = _bare([gpupool, *argv], project)
+        assert proc.returncode == 0, f"{argv}: {proc.stdout}{proc.stderr}"
+    for argv, extra in ((["plan"], "cloud"), (["policy"], "cloud"),
+                        (["gate", "--tier", "quick"], "gate")):
+        proc = _bare([gpupool, *argv], project)
+        assert proc.returncode == 2 and f"pip install 'gpupool[{extra}]'" in proc.stderr, \
+            f"{argv}: {proc.stdout}{proc.stderr}"
+        assert "Traceback" not in proc.stderr

@@ -16,7 +16,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from gpupool.cli import registry
-from gpupool.cli.output import EXIT_INTERNAL, EXIT_INVALID, busy, emit_json, err
+from gpupool.cli.output import EXIT_INTERNAL, EXIT_INVALID, EXIT_USAGE, busy, emit_json, err
 from gpupool.paths import PROJECT_FILE, find_project
 from gpupool.spec import connection, loader
 from gpupool.spec.errors import DescriptionError, Problem
@@ -92,38 +92,48 @@ def _document_defaults(p: argparse.ArgumentParser) -> None:
             action.help = f"{action.help or ''} (default: {shown})".lstrip()
 
 
-def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
-    registry.load(wanted)
+def _common(p: argparse.ArgumentParser) -> None:
+    """The options every verb that reads a description takes."""
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--stack", help=f"stack name (default: the project's only stack, "
+                                     f"else {DEFAULT_STACK})")
+    src.add_argument("--file", help="a description file instead of a stack")
+    p.add_argument("--project", help="the pool project folder (default: the nearest "
+                                     f"folder from here upwards with a {PROJECT_FILE})")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _missing_extra(p: argparse.ArgumentParser, verb: str) -> None:
+    """A verb whose extra is not installed: its help says which to install, and whatever
+    it is given, running it says so too (main, exit 2)."""
+    extra, module = registry.MISSING[verb]
+    p.description = (f"{registry.VERBS[verb][1]}. Needs the {extra} extra, which is not "
+                     f"installed (no module {module}): pip install 'gpupool[{extra}]'")
+
+
+def build_parser(wanted: str | None = None, *, light: bool = False) -> argparse.ArgumentParser:
+    """The parser, with the wanted verb's own options (every verb's when wanted is None).
+    light: import no verb's module unless wanted is a verb (`--help`, `--version` and a
+    mistyped verb list the verbs from registry.VERBS alone)."""
+    if wanted in registry.VERBS or not light:
+        registry.load(wanted if wanted in registry.VERBS else None)
     parser = argparse.ArgumentParser(prog="gpupool", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, (help_, _, setup) in registry.COMMANDS.items():
+    for name, (_, help_) in registry.VERBS.items():
         p = sub.add_parser(name, help=help_)
-        src = p.add_mutually_exclusive_group()
-        src.add_argument("--stack", help=f"stack name (default: the project's only stack, "
-                                         f"else {DEFAULT_STACK})")
-        src.add_argument("--file", help="a description file instead of a stack")
-        p.add_argument("--project", help="the pool project folder (default: the nearest "
-                                         f"folder from here upwards with a {PROJECT_FILE})")
-        p.add_argument("--json", action="store_true", help="machine-readable output")
+        if name in registry.MISSING:
+            _missing_extra(p, name)
+        elif name in registry.COMMANDS:
+            _common(p)
         p.add_argument("--debug", action="store_true",
                        help="show the traceback of an internal error")
-        setup(p)
-        _document_defaults(p)
-    for name, (help_, _, setup) in registry.PLAIN.items():
-        p = sub.add_parser(name, help=help_)
-        p.add_argument("--debug", action="store_true",
-                       help="show the traceback of an internal error")
-        setup(p)
+        if name in registry.COMMANDS:
+            registry.COMMANDS[name][2](p)
+        elif name in registry.PLAIN:
+            registry.PLAIN[name][2](p)
         _document_defaults(p)
     return parser
-
-
-# The extra (pyproject.toml) that brings each optional top-level module.
-EXTRAS = {"pulumi": "cloud", "pulumi_aws": "cloud", "pulumi_kubernetes": "cloud",
-          "pulumi_policy": "cloud", "jsonschema": "cloud", "kubernetes_validate": "cloud",
-          "ansible": "lab", "ansible_collections": "lab", "matplotlib": "report",
-          "pytest": "gate", "testinfra": "gate"}
 
 
 def report_invalid(exc: DescriptionError, as_json: bool) -> int:
@@ -161,7 +171,13 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     wanted = next((a for a in argv if not a.startswith("-")), None)
-    args = build_parser(wanted).parse_args(argv)
+    parser = build_parser(wanted, light=True)
+    if wanted in registry.MISSING and not {"-h", "--help"} & set(argv):
+        # Whatever the verb was given: its options are unknown without its module.
+        err.print(missing_extra(wanted, *registry.MISSING[wanted]), highlight=False,
+                  soft_wrap=True)
+        return EXIT_USAGE
+    args = parser.parse_args(argv)
     try:
         return run(args)
     except KeyboardInterrupt:
@@ -183,13 +199,9 @@ def failure(exc: Exception, command: str) -> tuple[str, int]:
         where = escape(str(exc.filename or "(file)"))
         return (f"[bold red]failed[/]: {where}: [yellow]\\[file][/] "
                 f"{escape(exc.strerror or str(exc))}", EXIT_INVALID)
-    extra = (EXTRAS.get((exc.name or "").split(".")[0])
-             if isinstance(exc, ModuleNotFoundError) else None)
+    extra = registry.extra_of(exc)
     if extra is not None:
-        return (f"[bold red]failed[/]: [yellow]\\[extra][/] `gpupool {command}` needs the "
-                f"{extra} extra (no module {exc.name}): "
-                f"pip install '{escape(f'gpupool[{extra}]')}'",
-                EXIT_INVALID)
+        return missing_extra(command, extra, getattr(exc, "name", "")), EXIT_USAGE
     if isinstance(exc, UnicodeDecodeError):
         return (f"[bold red]failed[/]: [yellow]\\[encoding][/] an input file is not UTF-8 "
                 f"text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})",
@@ -200,3 +212,8 @@ def failure(exc: Exception, command: str) -> tuple[str, int]:
         return f"[bold red]failed[/]: {escape(str(exc))}", EXIT_INVALID
     return (f"[bold red]internal error[/]: {type(exc).__name__}: {escape(str(exc))} "
             "(run again with --debug for the traceback)", EXIT_INTERNAL)
+
+
+def missing_extra(command: str, extra: str, module: str) -> str:
+    return (f"[bold red]failed[/]: [yellow]\\[extra][/] `gpupool {command}` needs the "
+            f"{extra} extra (no module {module}): pip install '{escape(f'gpupool[{extra}]')}'")

@@ -11,7 +11,7 @@ from gpupool.cli.numbers import non_negative_float, percentile
 from gpupool.cli.output import EXIT_OK, EXIT_USAGE, emit_json, err, out, project_cache
 from gpupool.cli.registry import command
 from gpupool.spec.model import Description
-from gpupool.workload import audit, audit_report
+from gpupool.workload import audit
 
 
 def _setup(p: argparse.ArgumentParser) -> None:
@@ -50,8 +50,11 @@ def _against_description(jobs: list[audit.Job], desc: Description) -> dict[str, 
             "classes_not_in_description": [c for c in classes if c not in desc.task_classes]}
 
 
-@command("audit", "workload audit from job history: durations, demand, GPUs needed", _setup)
+@command("audit", _setup)
 def cmd_audit(args: argparse.Namespace, desc: Description) -> int:
+    # The report extra's plots, imported when the verb runs (registry.VERBS).
+    from gpupool.workload import audit_report  # noqa: PLC0415
+
     args.out = args.out or project_cache(args, "audit")
     if not (args.sacct or args.alibaba):
         err.print("pass --sacct FILE or --alibaba FILE")

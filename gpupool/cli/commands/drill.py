@@ -56,7 +56,7 @@ def _previous(path: Path) -> dict[str, Any]:
     return previous
 
 
-@command("drill", "run failure drills on the lab's Slurm and record their figures", _setup)
+@command("drill", _setup)
 def cmd_drill(args: argparse.Namespace, desc: Description) -> int:
     names = list(drills.DRILLS) if "all" in args.names else args.names
     args.report = args.report or project_cache(args, REPORT)

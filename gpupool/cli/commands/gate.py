@@ -113,7 +113,7 @@ def _derived(args: argparse.Namespace, desc: Description, nodes: list[str],
     return {n: probes.commands(node_expect(desc, n)) if probed else {} for n in nodes}
 
 
-@command("gate", "run the acceptance gate on nodes and decide pass / fail", _setup)
+@command("gate", _setup)
 def cmd_gate(args: argparse.Namespace, desc: Description) -> int:
     args.out = args.out or project_cache(args, OUT)
     nodes = args.nodes or list(desc.nodes)

@@ -115,7 +115,7 @@ Pulumi program is its `infra` package, at {PROJECT_ROOT / 'infra'}.
     }
 
 
-@plain_command("init", "create a new pool project in DIR", _setup)
+@plain_command("init", _setup)
 def cmd_init(args: argparse.Namespace) -> int:
     target: Path = args.dir.resolve()
     name = project_name(target.name)

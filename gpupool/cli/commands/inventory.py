@@ -23,7 +23,7 @@ def _setup(p: argparse.ArgumentParser) -> None:
                    help="replace an existing output file gpupool did not write")
 
 
-@command("inventory", "the Ansible inventory derived from the description", _setup)
+@command("inventory", _setup)
 def cmd_inventory(args: argparse.Namespace, desc: Description) -> int:
     # The stack config's connection settings (none with --file); the inventory plugin
     # (inventory_plugins/gpupool.py) builds the same.

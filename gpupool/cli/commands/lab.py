@@ -29,7 +29,7 @@ def _table(state: hosts.LabState) -> Table:
     return table
 
 
-@command("lab", "bring the local podman lab pool up or down, or show its state", _setup)
+@command("lab", _setup)
 def cmd_lab(args: argparse.Namespace, desc: Description) -> int:
     start = time.monotonic()
 

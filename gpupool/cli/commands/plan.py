@@ -8,13 +8,15 @@ from rich.table import Table
 
 from gpupool.cli.output import EXIT_OK, emit_json, err, out
 from gpupool.cli.registry import command
-from gpupool.preview import plan
 from gpupool.spec.model import Description
-from policies import offline
 
 
-@command("plan", "run the Pulumi program under mocks; show what it declares")
+@command("plan")
 def cmd_plan(args: argparse.Namespace, desc: Description) -> int:
+    # The cloud extra, imported when the verb runs (registry.VERBS).
+    from gpupool.preview import plan  # noqa: PLC0415
+    from policies import offline  # noqa: PLC0415
+
     stack = args.stack if not args.file else desc.pool.name
     # The stack config the program reads (gpupool:burstImageId), as `pulumi preview` would.
     config = {} if args.file else offline.program_config(

@@ -11,9 +11,7 @@ from rich.text import Text
 
 from gpupool.cli.output import EXIT_INVALID, EXIT_OK, emit_json, err, out
 from gpupool.cli.registry import command
-from gpupool.preview import plan
 from gpupool.spec.model import Description
-from policies import offline
 from policies.catalog import POLICIES
 from policies.core import STACK, Level, Violation
 
@@ -55,10 +53,14 @@ def list_pack(as_json: bool) -> int:
     return EXIT_OK
 
 
-@command("policy", "run the policy pack offline over what the program declares", _setup)
+@command("policy", _setup)
 def cmd_policy(args: argparse.Namespace, desc: Description) -> int:
     if args.list:
         return list_pack(args.json)
+    # The cloud extra, imported when the verb runs (registry.VERBS).
+    from gpupool.preview import plan  # noqa: PLC0415
+    from policies import offline  # noqa: PLC0415
+
     stack = args.stack if not args.file else desc.pool.name
     config = {} if args.file else offline.stack_config(stack, args.project_root)
     with err.status(f"running the Pulumi program for stack {stack} and the policy pack"):

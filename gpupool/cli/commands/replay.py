@@ -20,7 +20,7 @@ from gpupool.lab import hosts, slurm_cluster
 from gpupool.render import slurm
 from gpupool.render.scheduling import class_policies
 from gpupool.spec.model import Description
-from gpupool.workload import replay, replay_report, trace
+from gpupool.workload import replay, trace
 
 
 def _setup(p: argparse.ArgumentParser) -> None:
@@ -110,9 +110,11 @@ def _jobs_of(args: argparse.Namespace, desc: Description) -> tuple[str, list[tra
     return f"synthetic (load {load}, seed {args.seed})", trace.synthetic(knobs)
 
 
-@command("replay", "replay a job trace on the lab's Slurm: gpupool policy vs baseline",
-         _setup)
+@command("replay", _setup)
 def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
+    # The report extra's plots, imported before the lab runs for minutes (registry.VERBS).
+    from gpupool.workload import replay_report  # noqa: PLC0415
+
     args.out = args.out or project_cache(args, "replay")
     name, jobs = _trace(args, desc)
     replay_run.check_trace(desc, jobs)

@@ -10,7 +10,7 @@ from gpupool.render import summary
 from gpupool.spec.model import Description
 
 
-@command("show", "a readable summary: capacity, segments, quotas and classes")
+@command("show")
 def cmd_show(args: argparse.Namespace, desc: Description) -> int:
     s = summary.summarize(desc)
     if args.json:

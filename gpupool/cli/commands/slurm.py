@@ -36,7 +36,7 @@ def _setup(p: argparse.ArgumentParser) -> None:
                    help="replace existing output files gpupool did not write")
 
 
-@command("slurm", "the Slurm policy rendered from the description", _setup)
+@command("slurm", _setup)
 def cmd_slurm(args: argparse.Namespace, desc: Description) -> int:
     try:
         with busy(f"rendering the Slurm policy of {len(desc.nodes)} nodes"):

@@ -11,7 +11,7 @@ from gpupool.render.lab_controls import weakened
 from gpupool.spec.model import Description
 
 
-@command("validate", "check the description; report every problem at once")
+@command("validate")
 def cmd_validate(args: argparse.Namespace, desc: Description) -> int:
     # Loading already validated it: an invalid description never reaches a verb.
     warnings = weakened(desc)
