@@ -222,34 +222,30 @@ def _verify_script(desc: Description, digest: str | None, archive: Path) -> str:
     return script.replace(image.ARCHIVE, str(archive))
 
 
+def _bash(script: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
+
+
 def test_the_build_verifies_the_artifact_against_the_pinned_digest(tmp_path: Path) -> None:
-    desc = _desc("lab")
     archive = tmp_path / "gpupool-image.tar.gz"
     archive.write_bytes(b"the artifact")
-    script = _verify_script(desc, DIGEST, archive)
-    ok = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
+    script = _verify_script(_desc("lab"), DIGEST, archive)
+    ok = _bash(script)
     assert ok.returncode == 0, ok.stderr
     assert archive.read_bytes() == b"the artifact"
     # One byte changed: the build step fails, says why, and leaves nothing to extract.
     archive.write_bytes(b"the artifacT")
-    changed = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
-                             check=False)
+    changed = _bash(script)
     assert changed.returncode != 0
     assert f"is not the one pinned by gpupool:{image.DIGEST_KEY} ({DIGEST})" in changed.stderr
     assert not archive.exists()
     # A missing download fails too.
-    assert subprocess.run(["bash", "-c", script], capture_output=True,
-                          check=False).returncode != 0
-
-
-def test_an_unpinned_artifact_fails_every_build(tmp_path: Path) -> None:
-    desc = _desc("lab")
-    archive = tmp_path / "gpupool-image.tar.gz"
+    assert _bash(script).returncode != 0
+    # Unpinned, every artifact fails the build.
     archive.write_bytes(b"the artifact")
-    script = _verify_script(desc, None, archive)
-    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
-    assert proc.returncode != 0 and f"set the stack config gpupool:{image.DIGEST_KEY}" \
-        in proc.stderr
+    unpinned = _bash(_verify_script(_desc("lab"), None, archive))
+    assert unpinned.returncode != 0
+    assert f"set the stack config gpupool:{image.DIGEST_KEY}" in unpinned.stderr
 
 
 def test_the_pin_is_in_the_declared_component_and_versions_it() -> None:
