@@ -246,7 +246,8 @@ def test_a_misspelt_suite_is_refused_not_an_empty_pass(tmp_path: Path) -> None:
                            "--suite", "sytem", "--out", str(tmp_path)], capture_output=True,
                           text=True, timeout=60, check=False, cwd=ROOT)
     assert proc.returncode == 2 and "invalid choice: 'sytem'" in proc.stderr, proc.stderr
-    assert set(runner.SUITE_NAMES) == {"system", "software", "gpu", "storage", "network"}
+    assert set(runner.SUITE_NAMES) == {"system", "software", "gpu", "slurm", "storage",
+                                       "network"}
 
 
 def test_parse_dcgm_health_record() -> None:
