@@ -20,19 +20,26 @@ one, which is the strongest check that nothing was left behind."""
 
 from __future__ import annotations
 
+import io
 import json
+import secrets
+import shlex
+import tarfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
+import yaml
 
 import bench
 import bench.controller_lab
 import bench.failover_lab
 from gpupool.lab import burst_hosts, localaws, slurm_cluster
 from gpupool.lab import hosts as labmod
+from gpupool.onhost import controller_backup
 from gpupool.render import cloud
 from gpupool.render.slurm import state_dir
 from gpupool.spec.facts import controllers
@@ -44,6 +51,9 @@ wait_for = slurm_cluster.wait_for
 SERVICE = "gpupool-controller-backup.service"
 ASSOC = "sacctmgr -n -P show assoc format=cluster,account,user,partition,fairshare,qos"
 QOS = "sacctmgr -n -P show qos format=name,priority,preempt,preemptmode,maxwall,gracetime"
+# Role controller_backup's paths on Debian (its vars, not a second copy).
+BACKUP = yaml.safe_load((Path(__file__).resolve().parents[2]
+                         / "roles/controller_backup/vars/Debian.yml").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +73,40 @@ def _seen(pool: slurm_cluster.SlurmLab) -> dict[str, Any]:
             "qos": sorted(pool.sh(QOS).splitlines()),
             "munge": {n: pool.sh("sha256sum /etc/munge/munge.key", node=n).split()[0]
                       for n in sorted(pool.desc.nodes)}}
+
+
+def _forge(s3: Any, bucket: str, key: str) -> str:
+    """What a writer of the bucket who lacks the manifest key can make of a real backup:
+    the same files, the manifest re-signed under a key of their own, uploaded under a
+    later name of the same controller. Its key in the bucket."""
+    forged = io.BytesIO()
+    body = io.BytesIO(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    with tarfile.open(fileobj=body) as real, tarfile.open(fileobj=forged, mode="w") as out:
+        manifest = real.extractfile("manifest.json").read()  # type: ignore[union-attr]
+        for member in real.getmembers():
+            data = real.extractfile(member) if member.isfile() else None
+            if member.name == "manifest.hmac":
+                signed = (controller_backup.sign(secrets.token_bytes(32), manifest)
+                          + "\n").encode()
+                member.size, data = len(signed), io.BytesIO(signed)
+            out.addfile(member, data)
+    prefix, name = key.rsplit("/", 1)
+    taken = controller_backup.name_time(name)
+    assert taken is not None, name
+    stem = name.removesuffix(".tar")[:-16] + time.strftime(
+        "%Y%m%dT%H%M%SZ", time.gmtime(taken + 1))
+    s3.put_object(Bucket=bucket, Key=f"{prefix}/{stem}.tar", Body=forged.getvalue())
+    return f"{prefix}/{stem}.tar"
+
+
+def _refused(pool: slurm_cluster.SlurmLab, name: str) -> str:
+    """The restore program's answer to restoring backup NAME, as on-call would run it."""
+    program = f"{BACKUP['controller_backup_lib_dir']}/controller_backup.py"
+    return pool.sh(
+        f"set -a; . {BACKUP['controller_backup_env_file']}; set +a; "
+        f"{BACKUP['controller_backup_python']} {program} --config "
+        f"{BACKUP['controller_backup_config']} restore --from {shlex.quote(name)} 2>&1;"
+        " echo rc=$?", timeout=300)
 
 
 def _quietly(probe: Callable[[], str]) -> str:
@@ -201,6 +245,17 @@ def test_a_controller_rebuilt_from_bare_gets_its_queue_accounts_and_usage_back(
             keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
             assert len(keys) == 1 and keys[0].startswith(f"controller/{lab_desc.pool.name}-{ctl}-")
             size = s3.head_object(Bucket=bucket, Key=keys[0])["ContentLength"]
+
+            # A backup forged by a writer of the bucket (re-signed without the manifest
+            # key) is refused before anything is touched: slurmctld keeps running.
+            forged = _forge(s3, bucket, keys[0])
+            try:
+                answer = _refused(pool, forged.rsplit("/", 1)[1].removesuffix(".tar"))
+                assert answer.rstrip().endswith("rc=1"), answer
+                assert "does not verify under the manifest key" in answer, answer
+                assert pool.sh("systemctl is-active slurmctld").strip() == "active"
+            finally:
+                s3.delete_object(Bucket=bucket, Key=forged)
 
             # The controller's host is lost; a bare one takes its place and the pool is
             # converged (runbooks/controller-recovery.md: site.yml, then the restore).
