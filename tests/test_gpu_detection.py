@@ -4,9 +4,10 @@ from the vendored archive facts (gpupool/data/slurm-gpu-detection)."""
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from gpupool.paths import DATA
-from gpupool.render import slurm
+from gpupool.render import inventory, slurm
 from gpupool.spec import floors, gpu_detection, loader, rules
 from gpupool.spec.gpu_detection import resolve
 from tests.conftest import ROOT
@@ -104,3 +105,20 @@ def test_the_lab_keeps_its_fixture_files_and_installs_no_plugin_on_bookworm() ->
     plan = slurm.plan(lab)["gpu_detection"]
     assert plan["autodetect"] is None and plan["plugin_version"] is None
     assert plan["suite"] == "bookworm"
+
+
+def test_the_role_installs_the_resolved_plugin_and_the_image_gets_it_too() -> None:
+    """The slurm role's default reads the plan's plugin version; a burst image, which has
+    no plan, is handed it among its variables."""
+    defaults = yaml.safe_load((ROOT / "roles/slurm/defaults/main.yml").read_text())
+    assert "slurm_policy.gpu_detection.plugin_version" in defaults["slurm_nvml_plugin_version"]
+    tasks = yaml.safe_load((ROOT / "roles/slurm/tasks/packages.yml").read_text())
+    install = next(t for t in tasks if "NVML plugin" in t["name"])
+    assert install["ansible.builtin.apt"]["name"] == [
+        "{{ slurm_nvml_plugin_package }}={{ slurm_nvml_plugin_version }}",
+        "{{ slurm_nvidia_ml_package }}={{ slurm_nvidia_driver_version }}*"]
+    desc = loader.load_stack("example", ROOT)
+    region = next(iter(desc.burst_groups.values())).region
+    assert inventory.burst_image_vars(desc, region)["slurm_nvml_plugin_version"] == "24.11.5-2"
+    bookworm = _with_slurm("example", "22.05.8-4+deb12u3")
+    assert inventory.burst_image_vars(bookworm, region)["slurm_nvml_plugin_version"] == ""

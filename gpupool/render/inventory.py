@@ -205,6 +205,9 @@ def burst_image_vars(desc: Description, region: str) -> dict[str, Any]:
         "gpupool_flow_sources": {k: list(v) for k, v in sources.items()},
         "gpupool_health": health_plan(desc),
         "gpupool_description_file": "",
+        # The slurm role's NVML plugin for the image's slurmd (its default reads the
+        # pool's Slurm plan, which an image build has none of): empty where none fits.
+        "slurm_nvml_plugin_version": slurm.gpu_detection(desc).plugin_version or "",
         "gpupool_node": {
             "name": f"burst-image-{region}",
             "roles": ["compute"],
