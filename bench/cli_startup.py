@@ -1,8 +1,7 @@
-"""CPU time of the light `gpupool` verbs (validate, show, inventory) on the lab stack, and of
-`gpupool --help` and `--version` (which import no verb's module: issue 52), as a user runs
-them: a fresh interpreter each time, bytecode cache warm (one untimed run first). Target
-(issue 13): under 0.3 CPU-seconds each, which holds only while these verbs import neither
-Pulumi nor matplotlib.
+"""CPU time of the light `gpupool` verbs (validate, show, inventory) on the lab stack, as a
+user runs them: a fresh interpreter each time, bytecode cache warm (one untimed run
+first). Target (issue 13): under 0.3 CPU-seconds each, which holds only while these verbs
+import neither Pulumi nor matplotlib.
 
     python -m bench cli_startup     # writes bench/results/cli_startup.json
 """
@@ -18,7 +17,8 @@ import bench
 from gpupool.paths import PROJECT_ROOT
 
 VERBS = ("validate", "show", "inventory")
-BARE = ("--help", "--version")  # run without a verb
+# And `gpupool --help` and `--version`, which import no verb's module (issue 52).
+BARE = ("--help", "--version")
 RUNS = 7
 SHAPE = {"target_cpu_s": float,
          "verbs": {str: {"cpu_s_median": float, "cpu_s_max": float, "runs": int,

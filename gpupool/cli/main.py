@@ -16,7 +16,15 @@ from pathlib import Path
 from rich.markup import escape
 
 from gpupool.cli import registry
-from gpupool.cli.output import EXIT_INTERNAL, EXIT_INVALID, EXIT_USAGE, busy, emit_json, err
+from gpupool.cli.output import (
+    EXIT_INTERNAL,
+    EXIT_INVALID,
+    EXIT_USAGE,
+    UsageError,
+    busy,
+    emit_json,
+    err,
+)
 from gpupool.paths import PROJECT_FILE, find_project
 from gpupool.spec import connection, loader
 from gpupool.spec.errors import DescriptionError, Problem
@@ -194,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
 def failure(exc: Exception, command: str) -> tuple[str, int]:
     """One line for people, and the exit code, for what stopped a verb: a file, a missing
     extra, an encoding, the project's own errors (all EXIT_INVALID), or a bug."""
+    if isinstance(exc, UsageError):
+        return f"[bold red]usage[/]: {escape(str(exc))}", EXIT_USAGE
     if isinstance(exc, OSError):
         # A file the command reads or writes: name it, as validation names a field.
         where = escape(str(exc.filename or "(file)"))

@@ -57,6 +57,10 @@ def project_cache(args: Any, name: str = "") -> Path:
     return (getattr(args, "project_root", None) or Path.cwd()) / ".cache" / name
 
 
+class UsageError(Exception):
+    """The command was given what it cannot use (EXIT_USAGE); the message says what."""
+
+
 class OutputRefused(Exception):
     """An output path gpupool will not write; the message names it and the way out."""
 

@@ -1,14 +1,14 @@
 """`gpupool init DIR [--from lab|example]`: a new pool project that validates, plans and
-renders at once. The Pulumi program, roles and playbooks stay in the gpupool checkout or
-installed package the project's files point to (paths.SHARE); the project holds only what
-is the user's: the description, the stack settings and the Ansible settings."""
+renders at once. The Pulumi program, policy pack, roles and playbooks stay in the installed
+gpupool (paths.SHARE); the project holds what is the user's (the description, the stack and
+Ansible settings) and names nothing outside itself: its files find gpupool when they run
+(the project's virtualenv, `gpupool playbook`), so a clone elsewhere works as it is."""
 
 from __future__ import annotations
 
 import argparse
 import re
 import shlex
-import sys
 import unicodedata
 from pathlib import Path
 
@@ -27,6 +27,11 @@ CONFIG_NAMESPACE = "gpupool"
 # Pulumi's project names (tokens.ValidateProjectName in pulumi/pulumi
 # sdk/go/common/tokens/project.go): 1 to 100 of these characters.
 PROJECT_NAME_MAX = 100
+# The project's folders: its virtualenv (Pulumi's runtime), and the two __main__.py that run
+# gpupool's Pulumi program and policy pack from it.
+VENV, PROGRAM, PACK = "venv", "program", "policy-pack"
+# The Ansible plugins a project carries a copy of, as (folder, file) under paths.SHARE.
+PLUGINS = (("inventory_plugins", "gpupool.py"), ("strategy_plugins", "mitogen_linear.py"))
 
 
 def project_name(folder: str) -> str:
@@ -61,29 +66,43 @@ def files(name: str, stack: str, starter: str) -> dict[str, str]:
                         f"# The stack config's keys are {CONFIG_NAMESPACE}'s "
                         f"({CONFIG_NAMESPACE}:description, ...),\n# set in each "
                         "Pulumi.<stack>.yaml.\n", pulumi)
-    # The environment gpupool runs in (a checkout's .venv, or where the wheel is installed)
-    # is the one that has the program's dependencies.
-    # Pulumi runs that environment's Python as it is (uv would look for a uv project
-    # beside the program).
+    # Every path the project names is relative to it, or resolved when it runs, so that a
+    # teammate's clone or CI uses it as it is. Pulumi runs the program and the policy pack
+    # in the project's own virtualenv, `venv` (the .gitignore keeps it out of git), in which
+    # `pip install 'gpupool[cloud]'` puts gpupool's program (`infra`) and pack (`policies`):
+    # the project's two __main__.py run them from there. Pulumi runs that Python as it is
+    # (uv would look for a uv project beside the program).
     pulumi = re.sub(r"(?m)^    toolchain: .*$", "    toolchain: pip", pulumi)
-    pulumi = re.sub(r"(?m)^    virtualenv: .*$", f"    virtualenv: {sys.prefix}", pulumi)
-    # The program is the `infra` package beside `gpupool`, in a checkout or site-packages.
-    pulumi = re.sub(r"(?m)^main: .*$", f"main: {PROJECT_ROOT / 'infra'}/", pulumi)
+    pulumi = re.sub(r"(?m)^    virtualenv: .*$", f"    virtualenv: {VENV}", pulumi)
+    pulumi = re.sub(r"(?m)^main: .*$", f"main: {PROGRAM}/", pulumi)
+    pack = (PROJECT_ROOT / "policies" / "PulumiPolicy.yaml").read_text()
+    pack = re.sub(r"(?m)^# .*\n", "", pack)
+    pack = re.sub(r"(?m)^    virtualenv: .*$", f"    virtualenv: ../{VENV}", pack)
     ansible = (SHARE / "ansible.cfg").read_text()
-    ansible = re.sub(r"(?m)^roles_path = .*$", f"roles_path = {SHARE / 'roles'}", ansible)
-    for plugins in ("inventory_plugins", "strategy_plugins"):
-        ansible = re.sub(rf"(?m)^{plugins} = .*$", f"{plugins} = {SHARE / plugins}", ansible)
+    # The roles are gpupool's, wherever it is installed: `gpupool playbook` names them to
+    # Ansible when it runs one (ANSIBLE_ROLES_PATH).
+    ansible = re.sub(r"(?m)^roles_path = .*$", "# roles_path: gpupool's roles, named by "
+                     "`gpupool playbook NAME` when it runs one", ansible)
     # The project's inventory is its description, read by the gpupool plugin at each run.
     ansible = re.sub(r"(?m)^inventory = .*$", "inventory = gpupool.yml", ansible)
+    # The plugins, copied in: Ansible finds a plugin by its file, relative to this file.
+    plugins = {f"{kind}/{name}": (SHARE / kind / name).read_text() for kind, name in PLUGINS}
     return {
         PROJECT_FILE: pulumi,
         f"Pulumi.{stack}.yaml": "# The stack's pool description; everything is derived from "
                                 f"it.\nconfig:\n  gpupool:description: pools/{stack}.yaml\n",
         f"pools/{stack}.yaml": description,
+        f"{PROGRAM}/__main__.py": _runs("infra", "gpupool's Pulumi program (Pulumi.yaml's main)"),
+        f"{PACK}/__main__.py": _runs("policies", "gpupool's policy pack, for `pulumi preview "
+                                                 f"--policy-pack {PACK}`"),
+        f"{PACK}/PulumiPolicy.yaml": pack,
         "ansible.cfg": ansible,
+        **plugins,
         "gpupool.yml": "# This project's Ansible inventory, read from the stack's description "
                        "at every run\n# by gpupool's inventory plugin (inventory_plugins/"
                        f"gpupool.py).\nplugin: gpupool\nstack: {stack}\n",
+        ".gitignore": "# What gpupool and Pulumi make here, and the project's virtualenv.\n"
+                      f".cache/\n{VENV}/\n__pycache__/\n",
         "README.md": f"""# {name}: a gpupool pool project
 
 Created by `gpupool init` from the `{starter}` description. Edit `pools/{stack}.yaml`, then:
@@ -92,14 +111,26 @@ Created by `gpupool init` from the `{starter}` description. Edit `pools/{stack}.
     gpupool show --stack {stack}         # capacity, segments, quotas, classes
     gpupool plan --stack {stack}         # what the Pulumi program declares
     gpupool policy --stack {stack}       # the policy pack over it
-    GPUPOOL_PROJECT=$PWD pulumi preview --stack {stack} --policy-pack {PROJECT_ROOT / 'policies'}
-    ansible-playbook {SHARE / 'playbooks' / 'site.yml'}
+    gpupool playbook                    # gpupool's playbooks, and where they are
+    gpupool playbook site               # ansible-playbook on gpupool's site.yml, here
+
+Nothing here names a path outside this folder: clone it anywhere. Pulumi runs the program
+and the policy pack in this folder's virtualenv, `{VENV}` (kept out of git):
+
+    python3 -m venv {VENV} && {VENV}/bin/pip install 'gpupool[cloud,lab]'
+    pulumi preview --stack {stack} --policy-pack {PACK}
+
+`{PROGRAM}/` and `{PACK}/` only run gpupool's program and pack from that virtualenv.
 
 Ansible's inventory is `gpupool.yml` (the `inventory` of `ansible.cfg`): the gpupool
 inventory plugin reads the stack's description at every run, so it is never stale.
 `gpupool inventory --stack {stack} -o inventory.yml` writes the same inventory to a file.
 How Ansible reaches the nodes (user, bastion, become, SSH arguments) is the stack config's
-`gpupool:connection` section, in `Pulumi.{stack}.yaml`; both carry it.
+`gpupool:connection` section, in `Pulumi.{stack}.yaml`; both carry it. The roles and the
+playbooks are gpupool's, in the installed package: `gpupool playbook NAME [ARGS...]` runs
+`ansible-playbook` on one with them, here, whichever folder of the project you are in
+(ARGS go to ansible-playbook). `inventory_plugins/` and `strategy_plugins/` are copies of
+gpupool's Ansible plugins (`gpupool init` wrote them; they import gpupool when they run).
 
 Ansible verifies every node's SSH host key (`host_key_checking = true`): record the keys
 before the first run, from your provisioning or, for a burst node, the host key lines
@@ -107,12 +138,16 @@ cloud-init prints to its console (`aws ec2 get-console-output`), in `~/.ssh/know
 or a file the stack's `ssh_args` name with `-o UserKnownHostsFile=FILE`. A stack cannot
 turn the check off (`StrictHostKeyChecking=no`, `UserKnownHostsFile=/dev/null`).
 
-A policy pack runs in its own folder and Pulumi does not tell it where this project is:
-`GPUPOOL_PROJECT` does. Run the `gpupool` verbs here or in any folder below, Ansible
-here (it reads `./ansible.cfg`). The roles and the playbooks are gpupool's, at {SHARE}; the
-Pulumi program is its `infra` package, at {PROJECT_ROOT / 'infra'}.
+Run the `gpupool` verbs here or in any folder below.
 """,
     }
+
+
+def _runs(package: str, what: str) -> str:
+    """A __main__.py that runs an installed package's own, at run time."""
+    return (f'"""{what}: run from the gpupool installed where this runs."""\n\n'
+            f"import runpy\n\nrunpy.run_module({package!r}, run_name=\"__main__\", "
+            "alter_sys=True)\n")
 
 
 @plain_command("init", _setup)
