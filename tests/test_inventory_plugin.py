@@ -22,14 +22,17 @@ from tests.conftest import BIN, ROOT
 ANSIBLE_INVENTORY = BIN / "ansible-inventory"
 
 
-def _run(args: list[str], cwd: Path, config: Path | None = ROOT / "ansible.cfg"
+def _run(args: list[str], cwd: Path, config: Path | None = ROOT / "ansible.cfg",
+         tool: Path = ANSIBLE_INVENTORY, *, strict: bool = True
          ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     if config is not None:
         env["ANSIBLE_CONFIG"] = str(config)
-    # An unparsable source fails the run, so that a test sees it (Ansible only warns).
-    env["ANSIBLE_INVENTORY_UNPARSED_FAILED"] = "true"
-    return subprocess.run([str(ANSIBLE_INVENTORY), *args], capture_output=True, text=True,
+    if strict:
+        # An unparsable source fails the run, so that a test sees it (the checkout's
+        # ansible.cfg only warns; a project's fails: test_a_project_s_ansible_fails_loudly).
+        env["ANSIBLE_INVENTORY_UNPARSED_FAILED"] = "true"
+    return subprocess.run([str(tool), *args], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=120, check=False)
 
 
@@ -205,3 +208,59 @@ def test_every_ansible_run_verifies_host_keys() -> None:
         cfg = configparser.ConfigParser(interpolation=None)
         cfg.read_string(text)
         assert cfg.getboolean("defaults", "host_key_checking") is True
+
+
+def _break(project: Path) -> None:
+    """Put node lab-gpu1 in a rack the description does not have."""
+    pool = project / "pools" / "dev.yaml"
+    data = yaml.safe_load(pool.read_text())
+    data["nodes"]["lab-gpu1"]["rack"] = "r9"
+    pool.write_text(yaml.safe_dump(data))
+
+
+def test_a_project_s_ansible_fails_loudly_on_an_invalid_description(tmp_path: Path) -> None:
+    """Issue 52: with the project's own ansible.cfg (unparsed_is_failed) and nothing else,
+    ansible-inventory and ansible-playbook stop on the plugin's AnsibleParserError instead
+    of warning and going on with no hosts."""
+    project = _project(tmp_path)
+    play = project / "ping.yml"
+    play.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False,
+                                     "tasks": [{"ansible.builtin.ping": None}]}]))
+    listed = _run(["--list-hosts", str(play)], project, None, BIN / "ansible-playbook",
+                  strict=False)
+    assert listed.returncode == 0 and "lab-gpu1" in listed.stdout, listed.stderr
+    _break(project)
+    for tool, args in ((ANSIBLE_INVENTORY, ["--list"]), (ANSIBLE_INVENTORY, ["--graph"]),
+                       (BIN / "ansible-playbook", ["--list-hosts", str(play)]),
+                       (BIN / "ansible-playbook", [str(play)])):
+        proc = _run(args, project, None, tool, strict=False)
+        _fails_cleanly(proc, "nodes.lab-gpu1.rack: [")
+        assert "lab-gpu1" not in proc.stdout
+
+
+def test_the_plugin_works_from_a_subfolder_of_the_project(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    deep = project / "inventories" / "dev"
+    deep.mkdir(parents=True)
+    # A source in a subfolder finds the project above it; Ansible run from there with the
+    # project's ansible.cfg (as `gpupool playbook` runs it) reads the project's source.
+    source = _source(deep, "dev", name="dev.gpupool.yml")
+    for cwd, args in ((project, ["-i", str(source), "--graph"]),
+                      (deep, ["-i", source.name, "--graph"]), (deep, ["--graph"])):
+        proc = _run(args, cwd, project / "ansible.cfg", strict=False)
+        assert proc.returncode == 0 and "lab-gpu1" in proc.stdout, f"{cwd} {args}: " \
+            + proc.stderr
+    hosts = subprocess.run([str(BIN / "gpupool"), "playbook", "site", "--list-hosts"],
+                           cwd=deep, capture_output=True, text=True, timeout=120, check=False,
+                           env={k: v for k, v in os.environ.items()
+                                if not k.startswith("ANSIBLE_")})
+    assert hosts.returncode == 0 and "lab-gpu1" in hosts.stdout, hosts.stderr
+    _break(project)
+    for cwd, args in ((project, ["-i", str(source), "--list"]), (deep, ["--list"])):
+        _fails_cleanly(_run(args, cwd, project / "ansible.cfg", strict=False),
+                       "nodes.lab-gpu1.rack: [")
+    hosts = subprocess.run([str(BIN / "gpupool"), "playbook", "site", "--list-hosts"],
+                           cwd=deep, capture_output=True, text=True, timeout=120, check=False,
+                           env={k: v for k, v in os.environ.items()
+                                if not k.startswith("ANSIBLE_")})
+    _fails_cleanly(hosts, "nodes.lab-gpu1.rack: [")

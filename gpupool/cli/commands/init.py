@@ -30,6 +30,9 @@ PROJECT_NAME_MAX = 100
 # The project's folders: its virtualenv (Pulumi's runtime), and the two __main__.py that run
 # gpupool's Pulumi program and policy pack from it.
 VENV, PROGRAM, PACK = "venv", "program", "policy-pack"
+# The project's Ansible settings beyond gpupool's own (ansible.cfg).
+UNPARSED_IS_FAILED = ("[inventory]\n# An inventory source that does not parse fails the run.\n"
+                      "unparsed_is_failed = true\n")
 # The Ansible plugins a project carries a copy of, as (folder, file) under paths.SHARE.
 PLUGINS = (("inventory_plugins", "gpupool.py"), ("strategy_plugins", "mitogen_linear.py"))
 
@@ -85,6 +88,9 @@ def files(name: str, stack: str, starter: str) -> dict[str, str]:
                      "`gpupool playbook NAME` when it runs one", ansible)
     # The project's inventory is its description, read by the gpupool plugin at each run.
     ansible = re.sub(r"(?m)^inventory = .*$", "inventory = gpupool.yml", ansible)
+    # A description that does not parse fails every Ansible run here (the plugin raises
+    # AnsibleParserError), instead of a warning and a play on no hosts.
+    ansible = ansible.replace("\n[ssh_connection]", f"\n{UNPARSED_IS_FAILED}\n[ssh_connection]", 1)
     # The plugins, copied in: Ansible finds a plugin by its file, relative to this file.
     plugins = {f"{kind}/{name}": (SHARE / kind / name).read_text() for kind, name in PLUGINS}
     return {
