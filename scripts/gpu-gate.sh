@@ -5,7 +5,8 @@
 # $OUT (default .cache/gpu-gate): a positive run against the host's true description,
 # then a negative run with a deliberately wrong expectation (GPU count + 1) that must
 # fail on gpu.gpu_count. Exit 0 only when the positive run passed and the negative run
-# failed for exactly that reason.
+# failed for exactly that reason. Where the host has slurmd, what it detects (`slurmd -G`)
+# and the gate's slurm suite are recorded too ($OUT/slurmd-G.txt, $OUT/slurm), not required.
 #
 # Usage: scripts/gpu-gate.sh [description.yaml] [node]   (defaults: the device fixture)
 # Python needs: pydantic, pyyaml, rich, pytest, pytest-testinfra (and torch for burn-in).
@@ -24,6 +25,19 @@ command -v dcgmi >/dev/null || EXCLUDE=(--exclude gpu.dcgm_diag)
 nvidia-smi | tee "$OUT/nvidia-smi.txt"
 nvidia-smi --query-gpu="$($PY -c 'from gpupool.gate.nvidia import QUERY_FIELDS as F; print(",".join(F))')" \
   --format=csv,noheader,nounits > "$OUT/nvidia-smi-query.csv" || true
+
+# What Slurm detects, recorded where the host has slurmd (never required: a lent machine
+# usually has no Slurm; the gate's slurm suite then skips, saying so). Nothing here changes
+# the GPU's MIG mode or any other setting.
+if command -v slurmd >/dev/null; then
+  { dpkg-query -W slurmd slurm-wlm-basic-plugins slurm-wlm-nvml-plugin libnvidia-ml1 || true
+    grep -v '^#' /etc/slurm/gres.conf || true
+    slurmd -G || echo "slurmd -G exit $?"; } > "$OUT/slurmd-G.txt" 2>&1
+  $PY -m gpupool gate "$NODE" --file "$DESC" --local --suite slurm --tier quick \
+    --out "$OUT/slurm" || echo "slurm suite exit $? (recorded, not required)"
+else
+  echo "slurmd is not installed on this host: nothing recorded" > "$OUT/slurmd-G.txt"
+fi
 
 set +e
 $PY -m gpupool gate "$NODE" --file "$DESC" --local --suite gpu --tier burn-in \
