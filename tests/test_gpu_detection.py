@@ -122,3 +122,13 @@ def test_the_role_installs_the_resolved_plugin_and_the_image_gets_it_too() -> No
     assert inventory.burst_image_vars(desc, region)["slurm_nvml_plugin_version"] == "24.11.5-2"
     bookworm = _with_slurm("example", "22.05.8-4+deb12u3")
     assert inventory.burst_image_vars(bookworm, region)["slurm_nvml_plugin_version"] == ""
+
+
+def test_validate_can_say_plainly_why_there_is_no_autodetection() -> None:
+    bookworm = _with_slurm("example", "22.05.8-4+deb12u3")
+    text = gpu_detection.notice(bookworm)
+    assert text is not None
+    assert "on Debian 12 (bookworm) NVML autodetection cannot be installed with a fixed " \
+        "Slurm" in text and "AutoDetect=off" in text
+    assert gpu_detection.notice(loader.load_stack("example", ROOT)) is None  # trixie: NVML
+    assert gpu_detection.notice(loader.load_stack("lab", ROOT)) is None  # fixture devices

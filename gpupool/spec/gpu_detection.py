@@ -27,6 +27,7 @@ import yaml
 
 from gpupool.paths import DATA
 from gpupool.spec import floors
+from gpupool.spec.model import Description
 
 DATA_FILE = DATA / "slurm-gpu-detection" / "nvml-plugin.yaml"
 
@@ -136,3 +137,19 @@ def for_lock(lock: str) -> Detection | None:
         return resolve(lock)
     except floors.VersionError:
         return None
+
+
+def notice(desc: Description) -> str | None:
+    """What `gpupool validate` should say of a valid production description whose GPU
+    nodes get no NVML autodetection (their gres.conf names each device file instead); None
+    where NVML is installable, for a lab (fixture devices) or a pool without GPUs."""
+    if desc.pool.environment != "production":
+        return None
+    gpus = any(c.gpu is not None for c in desc.node_classes.values()) or bool(
+        desc.burst_groups)
+    detection = for_lock(desc.software.slurm)
+    if not gpus or detection is None or detection.available:
+        return None
+    return (f"GPU detection: {detection.reason}. gres.conf names each GPU's device file "
+            "(AutoDetect=off), so slurmd counts device files, not GPUs NVML has seen; "
+            "the acceptance gate's slurm and gpu suites check what is there")
