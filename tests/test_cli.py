@@ -171,7 +171,7 @@ def test_policy_list_names_every_policy(capsys: pytest.CaptureFixture[str]) -> N
     from policies.catalog import POLICIES  # noqa: PLC0415
 
     assert cli.main(["policy", "--list", "--json"]) == cli.EXIT_OK
-    listed = json.loads(capsys.readouterr().out)
+    listed = json.loads(capsys.readouterr().out)["policies"]
     assert sorted(p["name"] for p in listed) == sorted(POLICIES)
     assert all(p["level"] in ("mandatory", "advisory") and p["description"] for p in listed)
     # Read by a person at 80 columns: every name whole on its own line.

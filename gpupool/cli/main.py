@@ -3,7 +3,14 @@
 Exit codes: 0 success; 1 the description (or what was checked) is invalid, or a file or
 the lab failed; 2 usage error; 70 an internal error (a bug: --debug shows the traceback).
 The gate adds 3: a node could not be gated.
-Every subcommand takes --json for machine-readable output on stdout.
+
+Every verb takes --json: stdout then holds one JSON object, for success and for every
+failure. A success is the verb's own object, which has no "error" key. A failure, whatever
+stopped the verb (usage, a missing extra, an invalid description, a file, a refused output,
+a bug), is {"command": VERB or null, "exit_code": N, "error": {"kind": KIND, "message":
+TEXT, ...}} with KIND one of FAILURE_KINDS; an invalid description adds "valid": false,
+"stack", "description", "source" and "problems", as `validate --json` gives them when
+valid. People's one line still goes to stderr.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import argparse
 import gc
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from rich.markup import escape
 
@@ -20,10 +28,14 @@ from gpupool.cli.output import (
     EXIT_INTERNAL,
     EXIT_INVALID,
     EXIT_USAGE,
+    Failure,
+    OutputRefused,
     UsageError,
     busy,
     emit_json,
     err,
+    named,
+    tell,
 )
 from gpupool.paths import PROJECT_FILE, find_project
 from gpupool.spec import connection, loader
@@ -66,8 +78,10 @@ def load(args: argparse.Namespace) -> Description:
     # A spinner on stderr, shown only on a terminal: thousands of nodes take seconds.
     with busy("reading and validating the description"):
         if args.file:
+            args.description = Path(args.file).resolve()
             return loader.load_file(Path(args.file))
         args.stack = args.stack or default_stack(args.project_root)
+        args.description = loader.description_path(args.stack, args.project_root)
         desc, args.connection = connection.load(args.stack, args.project_root)
     return desc
 
@@ -125,7 +139,7 @@ def build_parser(wanted: str | None = None, *, light: bool = False) -> argparse.
     mistyped verb list the verbs from registry.VERBS alone)."""
     if wanted in registry.VERBS or not light:
         registry.load(wanted if wanted in registry.VERBS else None)
-    parser = argparse.ArgumentParser(prog="gpupool", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="gpupool", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (_, help_) in registry.VERBS.items():
@@ -144,9 +158,14 @@ def build_parser(wanted: str | None = None, *, light: bool = False) -> argparse.
     return parser
 
 
-def report_invalid(exc: DescriptionError, as_json: bool) -> int:
-    if as_json:
-        emit_json({"valid": False, "source": exc.source,
+def report_invalid(exc: DescriptionError, args: argparse.Namespace) -> int:
+    if args.json:
+        failed = Failure("invalid", f"{exc.source}: {len(exc.problems)} problem(s); nothing "
+                         "was changed", EXIT_INVALID)
+        # A file's full path, as a valid description's "source" is (validate).
+        source = Path(exc.source)
+        emit_json({**failed.as_json(args.command), "valid": False, **named(args),
+                   "source": str(source.resolve()) if source.is_file() else exc.source,
                    "problems": [p.as_dict() for p in exc.problems]})
     else:
         # One line per problem: readable, and greppable in CI logs.
@@ -166,64 +185,83 @@ def run(args: argparse.Namespace) -> int:
     collecting = gc.isenabled()
     if args.command in registry.BATCH:
         gc.disable()  # reference counting still frees all but cycles: see registry.BATCH
+    args.description = None
     try:
         args.project_root = None if args.file and not args.project else project(args)
         return handler(args, load(args))
     except DescriptionError as exc:
-        return report_invalid(exc, args.json)
+        return report_invalid(exc, args)
     finally:
         if collecting:
             gc.enable()
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors are a JSON failure on stdout under --json."""
+
+    json_for: str | bool | None = False  # main sets it: the verb, under --json
+
+    def error(self, message: str) -> NoReturn:
+        if _Parser.json_for is not False:
+            self.print_usage(sys.stderr)
+            err.print(f"{self.prog}: error: {message}", markup=False, highlight=False)
+            emit_json(Failure("usage", f"{self.prog}: {message}", EXIT_USAGE).as_json(
+                _Parser.json_for))
+            self.exit(EXIT_USAGE)
+        super().error(message)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     wanted = next((a for a in argv if not a.startswith("-")), None)
-    parser = build_parser(wanted, light=True)
-    if wanted in registry.MISSING and not {"-h", "--help"} & set(argv):
-        # Whatever the verb was given: its options are unknown without its module.
-        err.print(missing_extra(wanted, *registry.MISSING[wanted]), highlight=False,
-                  soft_wrap=True)
-        return EXIT_USAGE
-    args = parser.parse_args(argv)
+    verb = wanted if wanted in registry.VERBS else None
+    as_json = "--json" in argv
+    _Parser.json_for = verb if as_json else False
+    try:
+        parser = build_parser(wanted, light=True)
+        if wanted in registry.MISSING and not {"-h", "--help"} & set(argv):
+            # Whatever the verb was given: its options are unknown without its module.
+            return tell(missing_extra(wanted, *registry.MISSING[wanted]), wanted, as_json)
+        args = parser.parse_args(argv)
+    finally:
+        _Parser.json_for = False
     try:
         return run(args)
     except KeyboardInterrupt:
-        err.print("interrupted")
-        return 130
+        return tell(Failure("interrupted", "interrupted", 130), args.command,
+                    getattr(args, "json", False))
     except Exception as exc:
         if args.debug:
             raise
-        message, code = failure(exc, args.command)
-        err.print(message, highlight=False, soft_wrap=True)
-        return code
+        return tell(failure(exc, args.command), args.command, getattr(args, "json", False))
 
 
-def failure(exc: Exception, command: str) -> tuple[str, int]:
-    """One line for people, and the exit code, for what stopped a verb: a file, a missing
-    extra, an encoding, the project's own errors (all EXIT_INVALID), or a bug."""
-    if isinstance(exc, UsageError):
-        return f"[bold red]usage[/]: {escape(str(exc))}", EXIT_USAGE
+def failure(exc: Exception, command: str) -> Failure:
+    """What stopped a verb: a usage error, a file, a missing extra, an encoding, the
+    project's own errors, or a bug."""
+    for cls, kind, code in ((UsageError, "usage", EXIT_USAGE),
+                            (OutputRefused, "output", EXIT_INVALID)):
+        if isinstance(exc, cls):
+            return Failure(kind, str(exc), code)
     if isinstance(exc, OSError):
         # A file the command reads or writes: name it, as validation names a field.
-        where = escape(str(exc.filename or "(file)"))
-        return (f"[bold red]failed[/]: {where}: [yellow]\\[file][/] "
-                f"{escape(exc.strerror or str(exc))}", EXIT_INVALID)
+        where = str(exc.filename or "(file)")
+        return Failure("file", f"{where}: [file] {exc.strerror or exc}", EXIT_INVALID,
+                       {"path": exc.filename})
     extra = registry.extra_of(exc)
     if extra is not None:
-        return missing_extra(command, extra, getattr(exc, "name", "")), EXIT_USAGE
+        return missing_extra(command, extra, getattr(exc, "name", ""))
     if isinstance(exc, UnicodeDecodeError):
-        return (f"[bold red]failed[/]: [yellow]\\[encoding][/] an input file is not UTF-8 "
-                f"text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})",
-                EXIT_INVALID)
+        return Failure("encoding", f"[encoding] an input file is not UTF-8 text (byte "
+                       f"0x{exc.object[exc.start]:02x} at offset {exc.start})", EXIT_INVALID)
     if type(exc).__module__.startswith("gpupool."):
-        # The project's own errors (the lab, Slurm, a trace) carry a message for people;
-        # escaped, so a `[rule]` or a path with brackets in it is printed, not markup.
-        return f"[bold red]failed[/]: {escape(str(exc))}", EXIT_INVALID
-    return (f"[bold red]internal error[/]: {type(exc).__name__}: {escape(str(exc))} "
-            "(run again with --debug for the traceback)", EXIT_INTERNAL)
+        # The project's own errors (the lab, Slurm, a trace) carry a message for people.
+        return Failure("failed", str(exc), EXIT_INVALID)
+    return Failure("internal", f"{type(exc).__name__}: {exc} (run again with --debug for "
+                   "the traceback)", EXIT_INTERNAL)
 
 
-def missing_extra(command: str, extra: str, module: str) -> str:
-    return (f"[bold red]failed[/]: [yellow]\\[extra][/] `gpupool {command}` needs the "
-            f"{extra} extra (no module {module}): pip install '{escape(f'gpupool[{extra}]')}'")
+def missing_extra(command: str, extra: str, module: str) -> Failure:
+    install = f"pip install 'gpupool[{extra}]'"
+    return Failure("extra", f"[extra] `gpupool {command}` needs the {extra} extra (no module "
+                   f"{module}): {install}", EXIT_USAGE, {"extra": extra, "install": install})

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,50 @@ out = Console()
 err = Console(stderr=True)
 
 
+# What stopped a verb, as --json's "error"."kind" names it, and its exit code.
+FAILURE_KINDS: dict[str, int | None] = {
+    "usage": EXIT_USAGE,       # arguments the verb cannot use
+    "extra": EXIT_USAGE,       # the verb needs an extra that is not installed
+    "invalid": EXIT_INVALID,   # the description or the stack (with "problems")
+    "file": EXIT_INVALID,      # a file the verb reads or writes (with "path")
+    "output": EXIT_INVALID,    # an output path gpupool will not write
+    "encoding": EXIT_INVALID,  # an input that is not UTF-8
+    "failed": EXIT_INVALID,    # gpupool's own error: the lab, Slurm, a trace
+    "playbook": None,          # ansible-playbook failed: its own exit code (gpupool playbook)
+    "internal": EXIT_INTERNAL,  # a bug: --debug shows the traceback
+    "interrupted": 130,
+}
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What stopped a verb: its kind (FAILURE_KINDS), a message for people, the exit code,
+    and what --json adds to its "error" object."""
+
+    kind: str
+    message: str
+    code: int
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self, command: str | None) -> dict[str, Any]:
+        return {"command": command, "exit_code": self.code,
+                "error": {"kind": self.kind, "message": self.message, **self.details}}
+
+    def line(self) -> str:
+        """One line for people (rich markup)."""
+        label = {"usage": "usage", "internal": "internal error", "interrupted": ""}.get(
+            self.kind, "failed")
+        return f"[bold red]{label}[/]: {escape(self.message)}" if label else self.message
+
+
+def tell(failed: Failure, command: str | None, as_json: bool) -> int:
+    """Say what stopped the verb: on stderr for people, and under --json on stdout too."""
+    err.print(failed.line(), highlight=False, soft_wrap=True)
+    if as_json:
+        emit_json(failed.as_json(command))
+    return failed.code
+
+
 def busy(message: str) -> contextlib.AbstractContextManager[Any]:
     """A spinner on stderr while something takes seconds; off a terminal nothing, not even
     rich's live display (the light verbs' start-up stays short)."""
@@ -34,6 +79,14 @@ def busy(message: str) -> contextlib.AbstractContextManager[Any]:
 
 def emit_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def named(args: Any) -> dict[str, str | None]:
+    """How --json names the description a verb read, valid or not: the stack (none with
+    --file) and the description file's full path (none if the stack does not name one)."""
+    path = getattr(args, "description", None)
+    return {"stack": None if args.file else args.stack,
+            "description": None if path is None else str(path)}
 
 
 def yaml_text(data: Any) -> str:

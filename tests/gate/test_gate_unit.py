@@ -139,7 +139,7 @@ def _gate_local(description: Path, node: str, out: Path) -> tuple[int, dict]:
     proc = subprocess.run([*GPUPOOL, "gate", node, "--local", "--file", str(description),
                            "--suite", "gpu", "--out", str(out), "--json"],
                           capture_output=True, text=True, timeout=120, check=False)
-    return proc.returncode, json.loads(proc.stdout)[0]
+    return proc.returncode, json.loads(proc.stdout)["reports"][0]
 
 
 def test_gpu_suite_skips_without_gpu_in_the_lab(tmp_path: Path) -> None:
@@ -169,7 +169,7 @@ def _software_expectations(*args: str, out: Path) -> tuple[int, dict[str, str], 
                           capture_output=True, text=True, timeout=120, check=False, cwd=ROOT)
     if proc.returncode == 2:
         return 2, {}, proc.stderr
-    checks = json.loads(proc.stdout)[0]["checks"]
+    checks = json.loads(proc.stdout)["reports"][0]["checks"]
     return proc.returncode, {c["id"]: c["expected"]["version"] for c in checks
                              if c["id"].startswith("software.locked_version_held")}, ""
 

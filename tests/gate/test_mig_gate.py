@@ -62,6 +62,6 @@ def test_mig_check_skips_without_a_gpu(tmp_path: Path) -> None:
     proc = subprocess.run([*GPUPOOL, "gate", "lab-gpu1", "--local", "--file", str(src),
                            "--suite", "gpu", "--out", str(tmp_path / "out"), "--json"],
                           capture_output=True, text=True, timeout=120, check=False)
-    report = json.loads(proc.stdout)[0]
+    report = json.loads(proc.stdout)["reports"][0]
     check = next(c for c in report["checks"] if c["id"] == "gpu.mig_instances_match_the_layout")
     assert check["status"] == "skip" and check["message"].startswith("no NVIDIA GPU")

@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from gpupool.cli.numbers import non_negative_float, percentile
-from gpupool.cli.output import EXIT_OK, EXIT_USAGE, emit_json, err, out, project_cache
+from gpupool.cli.output import EXIT_OK, UsageError, emit_json, out, project_cache
 from gpupool.cli.registry import command
 from gpupool.spec.model import Description
 from gpupool.workload import audit
@@ -57,20 +57,17 @@ def cmd_audit(args: argparse.Namespace, desc: Description) -> int:
 
     args.out = args.out or project_cache(args, "audit")
     if not (args.sacct or args.alibaba):
-        err.print("pass --sacct FILE or --alibaba FILE")
-        return EXIT_USAGE
+        raise UsageError("pass --sacct FILE or --alibaba FILE")
     try:
         classes = _class_map(args.class_map, desc)
     except ValueError as exc:
-        err.print(f"--class-map: {escape(str(exc))}", highlight=False)
-        return EXIT_USAGE
+        raise UsageError(f"--class-map: {exc}") from None
     unmapped: set[str] = set()
     with out.status("reading job history"):
         jobs = (audit.read_sacct(args.sacct) if args.sacct
                 else audit.read_alibaba(args.alibaba, classes=classes, unmapped=unmapped))
     if not jobs:
-        err.print("no GPU jobs in the input")
-        return EXIT_USAGE
+        raise UsageError("no GPU jobs in the input")
     total_quota = {t: sum(team.quota.values()) for t, team in desc.teams.items()}
     with out.status(f"auditing {len(jobs)} jobs"):
         report = audit.audit(jobs, args.wait_target, total_quota, args.wait_percentile)

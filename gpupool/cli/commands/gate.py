@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
-from gpupool.cli.output import EXIT_USAGE, cell, emit_json, err, out, project_cache
+from gpupool.cli.output import UsageError, cell, emit_json, out, project_cache
 from gpupool.cli.registry import command
 from gpupool.gate import probes, runner
 from gpupool.gate.expect import node_expect, with_locks
@@ -119,12 +119,10 @@ def cmd_gate(args: argparse.Namespace, desc: Description) -> int:
     nodes = args.nodes or list(desc.nodes)
     unknown = [n for n in nodes if n not in desc.nodes]
     if unknown:
-        err.print(f"[red]unknown node(s)[/]: {escape(', '.join(unknown))}", highlight=False)
-        return EXIT_USAGE
+        raise UsageError(f"unknown node(s): {', '.join(unknown)}")
     locks = _locks(args.lock, desc)
     if isinstance(locks, str):
-        err.print(cell(locks))
-        return EXIT_USAGE
+        raise UsageError(locks)
     if args.print_expect or args.print_probes:
         emit_json(_derived(args, desc, nodes, locks))
         return 0
@@ -132,14 +130,12 @@ def cmd_gate(args: argparse.Namespace, desc: Description) -> int:
     description = desc.source or Path(args.file)
     if args.local:
         if len(nodes) != 1:
-            err.print("--local gates exactly one node: this machine")
-            return EXIT_USAGE
+            raise UsageError("--local gates exactly one node: this machine")
         targets = [runner.local_target(nodes[0])]
     else:
         inv = _inventory(args, desc)
         if inv is None:
-            err.print("no inventory: pass --inventory, or bring the lab up first")
-            return EXIT_USAGE
+            raise UsageError("no inventory: pass --inventory, or bring the lab up first")
         targets = [runner.ansible_target(n, inv) for n in nodes]
     with out.status(f"gating {len(targets)} node(s), tier {args.tier}") as status:
         done: list[str] = []
@@ -153,7 +149,7 @@ def cmd_gate(args: argparse.Namespace, desc: Description) -> int:
                               suites=tuple(args.suites), exclude=tuple(args.exclude),
                               locks=locks)
     if args.json:
-        emit_json(reports)
+        emit_json({"reports": reports})
     else:
         out.print(_summary(reports))
         out.print(f"reports: {escape(str(args.out))}/<node>.json")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from gpupool.cli.output import EXIT_INVALID, EXIT_OK, EXIT_USAGE, err, out
+from gpupool.cli.output import EXIT_OK, OutputRefused, UsageError, emit_json, err, out
 from gpupool.cli.registry import plain_command
 from gpupool.paths import PROJECT_FILE, PROJECT_ROOT, SHARE
 from gpupool.spec import loader
@@ -52,6 +52,7 @@ def _setup(p: argparse.ArgumentParser) -> None:
                    help="the description to start from (default: example)")
     p.add_argument("--stack", default="prod",
                    help="the first stack's name (default: prod)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def files(name: str, stack: str, starter: str) -> dict[str, str]:
@@ -161,14 +162,12 @@ def cmd_init(args: argparse.Namespace) -> int:
     target: Path = args.dir.resolve()
     name = project_name(target.name)
     if not loader.STACK_RE.fullmatch(args.stack) or ".." in args.stack:
-        err.print(f"--stack: \\[stack-name] not a stack name: {escape(repr(args.stack))}",
-                  highlight=False)
-        return EXIT_USAGE
+        raise UsageError(f"--stack: [stack-name] not a stack name: {args.stack!r}")
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        err.print(f"[bold red]failed[/]: {escape(str(target))}: [yellow]\\[project-empty][/] "
-                  "exists and is not an empty folder; nothing was written", highlight=False)
-        return EXIT_INVALID
-    for rel, text in files(name, args.stack, args.starter).items():
+        raise OutputRefused(f"{target}: [project-empty] exists and is not an empty folder; "
+                            "nothing was written")
+    written = files(name, args.stack, args.starter)
+    for rel, text in written.items():
         path = target / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
@@ -178,6 +177,10 @@ def cmd_init(args: argparse.Namespace) -> int:
                   f"{escape(repr(target.name))}: a project name here is a-z, 0-9 and single "
                   f"hyphens, at most {PROJECT_NAME_MAX} characters (Pulumi.yaml's name:)",
                   highlight=False, soft_wrap=True)
+    if args.json:
+        emit_json({"project": str(target), "name": name, "stack": args.stack,
+                   "starter": args.starter, "files": sorted(written)})
+        return EXIT_OK
     # The path as a shell reads it: the hint is pasted into one.
     out.print(f"created pool project [bold]{name}[/] in {escape(str(target))} (stack "
               f"{args.stack}, from {args.starter}); next: cd {escape(shlex.quote(str(target)))}"

@@ -62,8 +62,5 @@ def cmd_lab(args: argparse.Namespace, desc: Description) -> int:
                           f"({len(removed)} resources removed)")
             return EXIT_OK
     except hosts.LabError as exc:
-        if args.json:
-            emit_json({"pool": desc.pool.name, "error": str(exc)})
-        err.print(f"[bold red]lab {args.action} failed[/]: {escape(str(exc))}",
-                  highlight=False)
-        return EXIT_INVALID
+        # Reported by cli.main as every failure is (under --json, its error object).
+        raise hosts.LabError(f"lab {args.action} for pool {desc.pool.name}: {exc}") from exc

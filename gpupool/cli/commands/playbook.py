@@ -9,6 +9,7 @@ and ARGS as given. Without NAME it lists the playbooks and where they are.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from gpupool.cli.output import EXIT_OK, UsageError, emit_json, out
+from gpupool.cli.output import EXIT_OK, Failure, UsageError, emit_json, out, tell
 from gpupool.cli.registry import plain_command
 from gpupool.paths import SHARE, find_project
 
@@ -47,6 +48,9 @@ def ansible_playbook() -> str | None:
 
 @plain_command("playbook", _setup)
 def cmd_playbook(args: argparse.Namespace) -> int:
+    if "--json" in args.args:  # gpupool's, wherever given: ansible-playbook has no --json
+        args.args = [a for a in args.args if a != "--json"]
+        args.json = True
     if not args.name:
         listed = {"playbooks": {n: str(PLAYBOOKS / f"{n}.yml") for n in names()},
                   "roles_path": str(ROLES)}
@@ -71,6 +75,25 @@ def cmd_playbook(args: argparse.Namespace) -> int:
     roles = os.pathsep.join(filter(None, [str(ROLES), os.environ.get("ANSIBLE_ROLES_PATH")]))
     env = os.environ | {"ANSIBLE_CONFIG": str(root / "ansible.cfg"),
                         "ANSIBLE_ROLES_PATH": roles}
-    argv = [runner, str(PLAYBOOKS / f"{args.name}.yml"), *args.args]
-    # The playbook's own output is the output (--json applies to gpupool's, not Ansible's).
-    return subprocess.run(argv, cwd=root, env=env, check=False).returncode
+    playbook = str(PLAYBOOKS / f"{args.name}.yml")
+    argv = [runner, playbook, *args.args]
+    if not args.json:
+        return subprocess.run(argv, cwd=root, env=env, check=False).returncode
+    # --json: Ansible's json callback (ansible.posix, in the lab extra's ansible) reports the
+    # run, and gpupool's object carries it; Ansible's messages stay on stderr.
+    env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.posix.json"
+    proc = subprocess.run(argv, cwd=root, env=env, check=False, stdout=subprocess.PIPE,
+                          text=True)
+    try:
+        result = json.loads(proc.stdout)
+    except ValueError:
+        result = None
+    if proc.returncode == 0:
+        # result: the json callback's report; null where Ansible printed none (--list-hosts,
+        # --syntax-check print text, kept as output).
+        emit_json({"playbook": playbook, "project": str(root), "result": result,
+                   "output": proc.stdout if result is None else None})
+        return EXIT_OK
+    return tell(Failure("playbook", f"ansible-playbook {playbook} exited {proc.returncode}",
+                        proc.returncode, {"playbook": playbook, "result": result}),
+                "playbook", as_json=True)

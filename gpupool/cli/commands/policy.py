@@ -39,8 +39,8 @@ def _setup(p: argparse.ArgumentParser) -> None:
 def list_pack(as_json: bool) -> int:
     rows = sorted(POLICIES.values(), key=lambda p: (p.group, p.name))
     if as_json:
-        emit_json([{"name": p.name, "group": p.group, "level": p.level.value,
-                    "description": p.description} for p in rows])
+        emit_json({"policies": [{"name": p.name, "group": p.group, "level": p.level.value,
+                                 "description": p.description} for p in rows]})
         return EXIT_OK
     # Not a table: a sentence per policy does not fit a column at 80 characters. Each
     # group under its name, each policy on its own line, what it checks wrapped below it.

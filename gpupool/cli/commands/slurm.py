@@ -9,7 +9,6 @@ from pathlib import Path
 from rich.markup import escape
 
 from gpupool.cli.output import (
-    EXIT_INVALID,
     EXIT_OK,
     HEADER,
     busy,
@@ -38,13 +37,9 @@ def _setup(p: argparse.ArgumentParser) -> None:
 
 @command("slurm", _setup)
 def cmd_slurm(args: argparse.Namespace, desc: Description) -> int:
-    try:
-        with busy(f"rendering the Slurm policy of {len(desc.nodes)} nodes"):
-            plan = slurm.plan(desc)
-    except slurm.SlurmPolicyError as exc:
-        err.print(f"[bold red]cannot render Slurm policy[/]: {escape(str(exc))}",
-                  highlight=False)
-        return EXIT_INVALID
+    # A slurm.SlurmPolicyError (a description Slurm cannot take) is cli.main's to report.
+    with busy(f"rendering the Slurm policy of {len(desc.nodes)} nodes"):
+        plan = slurm.plan(desc)
     head = f"{HEADER} slurm render from pool {desc.pool.name!r}; regenerate it.\n"
     if args.vars:
         write_file(args.vars, head + ansible_yaml.dump({"gpupool_slurm": plan}),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpupool.cli.output import EXIT_OK, emit_json, out
+from gpupool.cli.output import EXIT_OK, emit_json, named, out
 from gpupool.cli.registry import command
 from gpupool.render.lab_controls import weakened
 from gpupool.spec.model import Description
@@ -16,7 +16,9 @@ def cmd_validate(args: argparse.Namespace, desc: Description) -> int:
     # Loading already validated it: an invalid description never reaches a verb.
     warnings = weakened(desc)
     if args.json:
-        emit_json({"valid": True, "pool": desc.pool.name, "problems": [],
+        # Named as an invalid one is (cli.main.report_invalid): stack, description, source.
+        emit_json({"valid": True, **named(args), "source": str(desc.source),
+                   "pool": desc.pool.name, "problems": [],
                    "warnings": [{"rule": "lab-weakens", **w.as_dict()} for w in warnings]})
         return EXIT_OK
     out.print(f"[green]valid[/green]: pool {desc.pool.name} "
