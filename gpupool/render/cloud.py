@@ -29,14 +29,15 @@ from gpupool.spec.catalog import (
 )
 from gpupool.spec.facts import burst_model, controllers
 from gpupool.spec.model import (
-    BUCKET_PURPOSES,
     NAME_RE,
     SHARED_FSTYPES,
     BurstGroup,
     Description,
+    Location,
     Purpose,
     StorageTier,
     Temperature,
+    is_bucket_tier,
 )
 from gpupool.spec.model import bucket_name as model_bucket_name
 
@@ -51,7 +52,6 @@ IMAGE_FROM_CONFIG = "stack-config"
 S3_ENDPOINT_PEER = "s3-endpoint"  # the peer tag of the one rule that is not a flow
 S3_ENDPOINT_PORT = 443
 
-# Buckets exist for these purposes; scratch is a file system, not a bucket.
 # Product constants, not pool facts: S3 rejects STANDARD_IA before day 30 and bills
 # GLACIER for 90 days and DEEP_ARCHIVE for 180 days at least.
 STANDARD_IA_MIN_DAYS = 30
@@ -322,7 +322,9 @@ def service_rules(desc: Description) -> set[tuple[str, str, str, str, int]]:
 
 
 def bucket_tiers(desc: Description) -> dict[str, StorageTier]:
-    return {n: t for n, t in desc.storage_tiers.items() if t.purpose in BUCKET_PURPOSES}
+    """The tiers with a bucket: of a bucket purpose and living in the cloud (location cloud
+    or both). An on-prem tier declares nothing here."""
+    return {n: t for n, t in desc.storage_tiers.items() if is_bucket_tier(t)}
 
 
 def burst_name(desc: Description, group: str) -> str:
@@ -401,9 +403,11 @@ def lifecycle_rules(tier_name: str, tier: StorageTier) -> list[dict[str, Any]]:
 
 
 def scratch_tier(desc: Description) -> tuple[str, StorageTier] | None:
-    """The scratch tier served by FSx for Lustre, if the description declares one."""
+    """The scratch tier served by FSx for Lustre, if the description declares one: a
+    Lustre scratch tier whose location is cloud (one served on-prem declares nothing)."""
     for name, t in desc.storage_tiers.items():
-        if t.purpose is Purpose.SCRATCH and t.mount is not None and t.mount.fstype == "lustre":
+        if (t.purpose is Purpose.SCRATCH and t.mount is not None and t.mount.fstype == "lustre"
+                and t.located is Location.CLOUD):
             return name, t
     return None
 

@@ -117,6 +117,9 @@ Region = Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9]$")
 CostCentre = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][-A-Za-z0-9_]{1,63}$")]
 
 
+MAX_MONTHLY_BUDGET_USD = 100_000_000  # a bound: no pool's cloud side is worth more a month
+
+
 class Pool(Strict):
     name: Name
     environment: Annotated[str, StringConstraints(pattern=r"^(lab|production)$")]
@@ -135,6 +138,11 @@ class Pool(Strict):
     # where slurmctld, the munge key, Prometheus and Alertmanager live. Said here, never
     # implied by a node's roles (rule controller-login-declared).
     controller_login: bool = False
+    # The most the pool's cloud side may cost a month, in US dollars: the policy pack
+    # refuses a plan whose cost ceiling (gpupool.render.cost: instances at max nodes for a
+    # whole month, file systems, buckets at their tiers' sizes, NAT, endpoints, links) is
+    # above it, or that it cannot price. Absent: no budget is held.
+    monthly_budget_usd: Annotated[Int, Field(ge=1, le=MAX_MONTHLY_BUDGET_USD)] | None = None
 
 
 class LeafSwitch(Strict):
@@ -309,6 +317,24 @@ class Purpose(StrEnum):
     DATASETS = "datasets"
     CHECKPOINTS = "checkpoints"
     ARCHIVE = "archive"
+    HOME = "home"  # the members' home directories: a shared on-prem mount
+
+
+class Location(StrEnum):
+    """Where a storage tier lives. Nothing is declared in the cloud unless a tier says so.
+
+    onprem: served on-prem only (its mount); the cloud side declares nothing for it. Burst
+      nodes reach it, if at all, over the hybrid link.
+    cloud: lives in the cloud only: a bucket (datasets, checkpoints, archive) or an FSx for
+      Lustre file system (scratch).
+    both: an on-prem mount for the on-prem nodes and a bucket in the cloud for the burst
+      nodes (checkpoints they write, datasets FSx imports): gpupool declares both sides and
+      copies nothing between them; keeping them in step is the site's transfer job.
+    """
+
+    ONPREM = "onprem"
+    CLOUD = "cloud"
+    BOTH = "both"
 
 
 class Temperature(StrEnum):
@@ -388,6 +414,21 @@ class StorageTier(Strict):
     mount: Mount | None = None
     versioning: bool = False
     lifecycle: list[Transition] = []
+    # Where the tier lives (Location). Absent: a tier without a mount is a bucket in the
+    # cloud (all it can be) and a mounted tier is on-prem; a mounted tier with a cloud side
+    # says so. Never inferred from a server's address: a Lustre tier served on-prem is
+    # never declared again as an FSx file system.
+    location: Location | None = None
+
+    @property
+    def located(self) -> Location:
+        if self.location is not None:
+            return self.location
+        return Location.CLOUD if self.mount is None else Location.ONPREM
+
+    @property
+    def in_cloud(self) -> bool:
+        return self.located is not Location.ONPREM
 
 
 class Segment(Strict):
@@ -569,8 +610,13 @@ class Description(Strict):
 
 
 SEGMENT_NAMES = ("training", "storage", "management")
-# Tiers the cloud side keeps in S3 buckets (scratch stays on the nodes).
+# Purposes the cloud side keeps in S3 buckets, where a tier of them lives in the cloud
+# (location cloud or both); scratch in the cloud is an FSx file system, home never is.
 BUCKET_PURPOSES = (Purpose.DATASETS, Purpose.CHECKPOINTS, Purpose.ARCHIVE)
+
+
+def is_bucket_tier(tier: StorageTier) -> bool:
+    return tier.purpose in BUCKET_PURPOSES and tier.in_cloud
 
 
 def bucket_name(pool: str, tier: str, region: str) -> str:

@@ -62,6 +62,7 @@ from gpupool.spec.model import (
     FsType,
     Gpu,
     IdleReclaim,
+    Location,
     MigStrategy,
     NodeRole,
     Purpose,
@@ -71,6 +72,7 @@ from gpupool.spec.model import (
     Temperature,
     bucket_name,
     duration_seconds,
+    is_bucket_tier,
     older_than,
     version_key,
 )
@@ -419,7 +421,14 @@ def spare_block_missing(desc: Description, region: str) -> bool:
 
 @rule("burst_groups", "storage_tiers", "task_classes", "teams")
 def burst_groups(desc: Description) -> Iterator[Problem]:
-    has_checkpoints = any(t.purpose is Purpose.CHECKPOINTS for t in desc.storage_tiers.values())
+    checkpoints = [t for t in desc.storage_tiers.values() if t.purpose is Purpose.CHECKPOINTS]
+    cloud_checkpoints = [t for t in checkpoints if is_bucket_tier(t)]
+    if desc.burst_groups and not any(t.purpose is Purpose.DATASETS and is_bucket_tier(t)
+                                     for t in desc.storage_tiers.values()):
+        yield Problem("burst_groups", "burst-image-datasets-bucket",
+                      "the burst image's build artifact is kept in the datasets tier's "
+                      "bucket: burst groups need a datasets tier with location both (its "
+                      "on-prem mount and a bucket) or cloud", sorted(desc.burst_groups))
     requeue_classes = [n for n, c in desc.task_classes.items() if c.preemptible and c.requeue]
     for name, g in desc.burst_groups.items():
         path = f"burst_groups.{name}"
@@ -458,10 +467,17 @@ def burst_groups(desc: Description) -> Iterator[Problem]:
         if g.team is not None and g.team not in desc.teams:
             yield Problem(f"{path}.team", "team-exists", "no such team", g.team)
         if Capacity.SPOT in g.capacity:
-            if not has_checkpoints:
+            if not checkpoints:
                 yield Problem(f"{path}.capacity", "spot-needs-checkpoints",
                               "spot capacity needs a storage tier with purpose checkpoints",
                               "spot")
+            elif not cloud_checkpoints:
+                yield Problem(f"{path}.capacity", "spot-checkpoints-in-cloud",
+                              "spot nodes write their checkpoints to a checkpoints tier's "
+                              "bucket; an on-prem-only tier reaches them only over the hybrid "
+                              "link, where a two-minute interruption notice cannot be relied "
+                              "on to save a checkpoint: give a checkpoints tier location both "
+                              "(its on-prem mount and a bucket) or cloud", "spot")
             if not requeue_classes:
                 yield Problem(f"{path}.capacity", "spot-needs-requeue-class",
                               "spot capacity needs a preemptible task class with requeue",
@@ -823,7 +839,7 @@ def buckets(desc: Description) -> Iterator[Problem]:
     its length or with a prefix it keeps, and the stack would fail only when it is applied."""
     low, high = BUCKET_NAME_LENGTH
     for name, tier in desc.storage_tiers.items():
-        if tier.purpose not in BUCKET_PURPOSES:
+        if not is_bucket_tier(tier):
             continue
         bucket = bucket_name(desc.pool.name, name, desc.pool.cloud_region)
         if not low <= len(bucket) <= high:
@@ -831,7 +847,7 @@ def buckets(desc: Description) -> Iterator[Problem]:
                           f"its S3 bucket {bucket} would be {len(bucket)} characters; S3 "
                           f"takes {low} to {high}: shorten the pool or tier name", name)
     if desc.pool.name.startswith(BUCKET_RESERVED_PREFIXES) and any(
-            t.purpose in BUCKET_PURPOSES for t in desc.storage_tiers.values()):
+            is_bucket_tier(t) for t in desc.storage_tiers.values()):
         yield Problem("pool.name", "bucket-name-prefix",
                       "the pool's buckets start with its name, and S3 refuses names starting "
                       f"with {', '.join(BUCKET_RESERVED_PREFIXES)}", desc.pool.name)
@@ -944,7 +960,7 @@ def preemption(desc: Description) -> Iterator[Problem]:
 def scratch_network(desc: Description) -> Iterator[Problem]:
     for name, tier in desc.storage_tiers.items():
         if (tier.purpose is Purpose.SCRATCH and tier.mount is not None
-                and tier.mount.fstype.value == "lustre"
+                and tier.mount.fstype.value == "lustre" and tier.located is Location.CLOUD
                 and not any(g.region == desc.pool.cloud_region
                             for g in desc.burst_groups.values())):
             yield Problem(f"storage_tiers.{name}.mount.fstype", "scratch-needs-vpc",
@@ -988,10 +1004,11 @@ def backup(desc: Description) -> Iterator[Problem]:
         yield Problem("backup.interval", "backup-interval-range",
                       "backups are taken every 10 minutes to 7 days", b.interval)
     tier = desc.storage_tiers.get(b.tier)
-    if tier is None or tier.purpose not in BUCKET_PURPOSES:
+    if tier is None or not is_bucket_tier(tier):
         yield Problem("backup.tier", "backup-tier-bucket",
                       "backups go to a declared bucket tier (purpose "
-                      f"{', '.join(p.value for p in BUCKET_PURPOSES)})", b.tier)
+                      f"{', '.join(p.value for p in BUCKET_PURPOSES)}, location cloud or "
+                      "both)", b.tier)
         return
     kept_days = -(-interval * b.keep // 86400)  # the oldest kept backup's age, rounded up
     cold = [0] if tier.temperature is Temperature.ARCHIVE else [
@@ -1082,3 +1099,80 @@ def controller_login(desc: Description) -> Iterator[Problem]:
                           "a controller that is also a login host gives researchers a shell "
                           "beside the munge key and the monitoring; split the roles, or say "
                           "so with pool.controller_login: true", [r.value for r in node.roles])
+
+
+def _onprem_servers(desc: Description, source: str) -> list[str]:
+    """The servers a mount source names that are on-prem: a node of the description, or an
+    address that lies in no segment's cloud block (an FSx file system's are in the storage
+    segment's). A name that is neither (fsx, a DNS name) says nothing either way."""
+    cloud_blocks = [ipaddress.ip_network(s.cloud_cidr) for s in desc.network.segments.values()
+                    if s.cloud_cidr]
+    servers = source.split(":/", 1)[0]
+    found = []
+    for part in servers.replace(",", ":").split(":"):
+        host = part.split("@", 1)[0]
+        if not host:
+            continue
+        if host in desc.nodes:
+            found.append(host)
+            continue
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            continue
+        if not any(address.version == b.version and address in b for b in cloud_blocks):
+            found.append(host)
+    return found
+
+
+@rule("storage_tiers", "network", "nodes")
+def storage_locations(desc: Description) -> Iterator[Problem]:
+    """Where each tier lives, and what that declares in the cloud (model.Location): a
+    cloud tier is a bucket, or FSx for Lustre for scratch; nothing is declared for an
+    on-prem tier; `both` is an on-prem mount beside a bucket. A tier whose mount names an
+    on-prem server is never declared again in the cloud."""
+    for name, tier in desc.storage_tiers.items():
+        path = f"storage_tiers.{name}.location"
+        where, mount = tier.located, tier.mount
+        fstype = mount.fstype if mount is not None else None
+        if fstype is FsType.LOCAL and where is not Location.ONPREM:
+            yield Problem(path, "tier-location-local",
+                          "a local mount is each node's own disks: the tier is onprem",
+                          where.value)
+            continue
+        if tier.purpose is Purpose.HOME:
+            if fstype not in SHARED_FSTYPES:
+                yield Problem(f"storage_tiers.{name}.mount", "home-shared-mount",
+                              "home directories are one tree every host mounts: give the "
+                              f"tier an {' or '.join(t.value for t in SHARED_FSTYPES)} mount",
+                              fstype.value if fstype else None)
+            if where is not Location.ONPREM:
+                yield Problem(path, "home-onprem",
+                              "gpupool declares no cloud file system for home directories "
+                              "(burst nodes mount the on-prem one over the hybrid link): "
+                              "location onprem", where.value)
+            continue
+        if where is Location.BOTH and mount is None:
+            yield Problem(path, "tier-both-needs-mount",
+                          "both is an on-prem mount beside a bucket; this tier has no mount: "
+                          "location cloud", where.value)
+        if tier.purpose is Purpose.SCRATCH:
+            if where is Location.BOTH:
+                yield Problem(path, "scratch-location",
+                              "scratch is not kept in two places: onprem (the nodes' disks "
+                              "or an on-prem file system) or cloud (FSx for Lustre)",
+                              where.value)
+            elif where is Location.CLOUD and fstype is not FsType.LUSTRE:
+                yield Problem(path, "scratch-location",
+                              "cloud scratch is an FSx for Lustre file system: give it a "
+                              "lustre mount, or location onprem", where.value)
+        elif where is Location.CLOUD and fstype is FsType.NFS:
+            yield Problem(path, "cloud-tier-no-file-system",
+                          "gpupool declares no cloud NFS server: a tier mounted over NFS "
+                          "is onprem, or both (its on-prem mount and a bucket)", where.value)
+        if where is not Location.ONPREM and mount is not None and fstype is FsType.LUSTRE \
+                and (servers := _onprem_servers(desc, mount.source)):
+            yield Problem(path, "cloud-tier-onprem-source",
+                          f"its mount names on-prem server {servers[0]}: a cloud tier would "
+                          "declare a new FSx file system beside it; a tier served on-prem "
+                          "is location onprem", where.value)
