@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from gpupool.render import cost
 from gpupool.render.scheduling import class_policies
 from gpupool.spec.model import Description
 from policies.core import Level, Stack, by_tag, stack_policy
@@ -73,3 +74,43 @@ def burst_declared(stack: Stack, desc: Description) -> Iterator[tuple[str | None
             if size != (g.min_nodes, g.max_nodes):
                 yield asg.urn, (f"burst group {name} scales {size[0]}..{size[1]}, declared "
                                 f"{g.min_nodes}..{g.max_nodes}")
+
+
+def _ceiling(stack: Stack, desc: Description) -> cost.Ceiling:
+    return cost.ceiling(((r.type, r.name, r.props) for r in stack.resources), desc)
+
+
+@stack_policy("stack-cost-within-budget", "stack", Level.MANDATORY,
+              "Where the description declares pool.monthly_budget_usd, the plan's monthly cost "
+              "ceiling (instances at max nodes all month, file systems, buckets at their "
+              "tiers' sizes, NAT, endpoints, links; gpupool/data/prices) is within it, and "
+              "every instance group, file system and bucket has a price.")
+def cost_within_budget(stack: Stack, desc: Description) -> Iterator[tuple[str | None, str]]:
+    budget = desc.pool.monthly_budget_usd
+    if budget is None:
+        return
+    ceiling = _ceiling(stack, desc)
+    if ceiling.total > budget:
+        kinds = ", ".join(f"{k} {v:,.0f}" for k, v in ceiling.per_kind.items() if v)
+        yield None, (f"the plan's monthly cost ceiling is {ceiling.total:,.2f} USD ({kinds}), "
+                     f"above pool.monthly_budget_usd {budget:,}: lower max_nodes or tier "
+                     "sizes, keep tiers on-prem, or raise the budget")
+    for line in ceiling.open_ended:
+        yield None, (f"{line.kind} {line.resource} ({line.region}: {line.what}) has no price "
+                     f"in gpupool/data/prices (read {ceiling.read}): the ceiling cannot be "
+                     f"held to pool.monthly_budget_usd {budget:,}; add the published rate "
+                     "with its source")
+
+
+@stack_policy("stack-cost-priced", "stack", Level.ADVISORY,
+              "Where a monthly budget is declared, the hourly fees the price table has no "
+              "rate for (NAT gateways, interface endpoints, hybrid links) are named: the "
+              "ceiling leaves them out.")
+def cost_priced(stack: Stack, desc: Description) -> Iterator[tuple[str | None, str]]:
+    if desc.pool.monthly_budget_usd is None:
+        return
+    ceiling = _ceiling(stack, desc)
+    for line in ceiling.unpriced:
+        if line not in ceiling.open_ended:
+            yield None, (f"{line.kind} {line.resource} ({line.region}: {line.what}) has no "
+                         "price in gpupool/data/prices: the cost ceiling leaves it out")

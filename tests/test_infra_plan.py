@@ -22,7 +22,8 @@ UPDATE = "GPUPOOL_UPDATE_GOLDEN"
 def test_example_plan_matches_the_reviewed_golden_file() -> None:
     """Every change to what the program declares shows as a diff of this file.
     Regenerate after review with GPUPOOL_UPDATE_GOLDEN=1."""
-    text = json.dumps(plan.as_json(declared("example")), indent=2, sort_keys=True) + "\n"
+    text = json.dumps(plan.as_json(declared("example"), loader.load_stack("example", ROOT)),
+                      indent=2, sort_keys=True) + "\n"
     if os.environ.get(UPDATE):
         GOLDEN.write_text(text)
     assert GOLDEN.read_text() == text, f"plan changed; review, then rerun with {UPDATE}=1"
@@ -48,7 +49,8 @@ def test_cli_plan_prints_tree_and_counts(capsys: pytest.CaptureFixture[str]) -> 
 def test_cli_plan_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["plan", "--stack", "lab", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data == json.loads(json.dumps(plan.as_json(declared("lab"))))
+    assert data == json.loads(json.dumps(plan.as_json(declared("lab"),
+                                                      loader.load_stack("lab", ROOT))))
 
 
 def test_cli_plan_rejects_an_invalid_description(

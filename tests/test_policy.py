@@ -326,7 +326,9 @@ def test_every_policy_has_a_violation_test() -> None:
     covered = {c[0] for c in CASES} | {"storage-checkpoints-versioned",
                                         "hygiene-no-plain-secrets", "cluster-software-pinned",
                                         # tests/test_lab_controls.py
-                                        "hygiene-lab-weakened-controls"}
+                                        "hygiene-lab-weakened-controls",
+                                        # tests/test_cost.py
+                                        "stack-cost-within-budget", "stack-cost-priced"}
     assert covered == set(POLICIES)
 
 

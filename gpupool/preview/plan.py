@@ -17,6 +17,7 @@ from rich.tree import Tree
 
 from gpupool.preview import pulumi_mock
 from gpupool.preview.walk import walk
+from gpupool.render import cost
 from gpupool.spec.model import Description
 
 STACK_TYPE = "pulumi:pulumi:Stack"
@@ -108,14 +109,19 @@ def parent_ref(urn: str | None) -> str | None:
     return None if type_ == STACK_TYPE else f"{type_}::{name}"
 
 
-def as_json(run: pulumi_mock.Run) -> dict[str, Any]:
+def as_json(run: pulumi_mock.Run, desc: Description | None = None) -> dict[str, Any]:
+    """The run as stable JSON; with desc, its monthly cost ceiling too (render/cost.py)."""
     resources = sorted(
         ({"type": r.type, "name": r.name, "parent": parent_ref(r.parent),
           "inputs": r.inputs} for r in run.resources),
         key=lambda r: (r["type"], r["name"]))
-    return {"stack": run.stack, "resources": resources,
-            "counts": dict(sorted(Counter(r["type"] for r in resources).items())),
-            "total": len(resources), "outputs": run.outputs}
+    out = {"stack": run.stack, "resources": resources,
+           "counts": dict(sorted(Counter(r["type"] for r in resources).items())),
+           "total": len(resources), "outputs": run.outputs}
+    if desc is not None:
+        out["cost"] = cost.ceiling(((r.type, r.name, r.inputs) for r in run.resources),
+                                   desc).as_json()
+    return out
 
 
 def _label(r: dict[str, Any]) -> str:
