@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from gpupool.cli.output import EXIT_OK, emit_json, err, out
@@ -22,7 +24,7 @@ def cmd_plan(args: argparse.Namespace, desc: Description) -> int:
     config = {} if args.file else offline.program_config(
         offline.stack_config(stack, args.project_root))
     with err.status(f"running the Pulumi program for stack {stack} under mocks"):
-        result = plan.as_json(plan.declare(desc, stack, last=True, config=config))
+        result = plan.as_json(plan.declare(desc, stack, last=True, config=config), desc)
     if args.json:
         emit_json(result)
         return EXIT_OK
@@ -35,4 +37,31 @@ def cmd_plan(args: argparse.Namespace, desc: Description) -> int:
     table.add_section()
     table.add_row("[bold]total[/]", f"[bold]{result['total']}[/]")
     out.print(table)
+    out.print(cost_table(result["cost"], desc.pool.monthly_budget_usd))
     return EXIT_OK
+
+
+def cost_table(ceiling: dict[str, Any], budget: int | None) -> Table:
+    """The monthly cost ceiling per kind, its total against the budget, and what the
+    vendored price table does not price (gpupool/data/prices/SOURCE.md)."""
+    table = Table(title=f"Monthly cost ceiling, USD (AWS list prices read "
+                        f"{ceiling['prices_read']}; {ceiling['prices_source']})",
+                  title_justify="left")
+    table.add_column("kind")
+    table.add_column("USD / month", justify="right")
+    partial = {line["kind"] for line in ceiling["not_priced"]}
+    for kind, usd in ceiling["per_kind"].items():
+        shown = "[yellow]not priced[/]" if usd is None else f"{usd:,.2f}"
+        table.add_row(escape(kind), shown + (" [yellow]+ not priced[/]"
+                                             if usd is not None and kind in partial else ""))
+    table.add_section()
+    total = "total of the priced lines" if partial else "total"
+    table.add_row(f"[bold]{total}[/]", f"[bold]{ceiling['total']:,.2f}[/]")
+    if budget is not None:
+        over = ceiling["total"] > budget
+        table.add_row("budget (pool.monthly_budget_usd)",
+                      f"{'[red]' if over else ''}{budget:,.2f}{' exceeded[/]' if over else ''}")
+    for line in ceiling["not_priced"]:
+        table.add_row(f"[yellow]not priced[/] {escape(line['kind'])}",
+                      escape(f"{line['resource']} ({line['region']}: {line['what']})"))
+    return table
