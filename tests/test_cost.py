@@ -18,6 +18,7 @@ from gpupool.spec.model import Description
 from tests._policy import messages, recorded, violations
 from tests._pulumi import declared, declared_mutated
 from tests.conftest import ROOT, mutate, raw_stack
+from tests.test_storage_location import ONPREM_LUSTRE
 
 HOURS = 730
 BUDGET = "stack-cost-within-budget"
@@ -70,14 +71,9 @@ def test_example_ceiling_is_max_nodes_all_month_fsx_and_buckets_at_tier_size() -
 
 
 def test_an_on_prem_lustre_tier_costs_nothing_in_the_cloud() -> None:
-    run = declared_mutated("example", [
-        {"delete": "storage_tiers.scratch.location"},
-        {"set": "storage_tiers.scratch.mount.source", "value": "10.20.9.50@tcp:/scratch"},
-        {"set": "storage_tiers.scratch.size_tib", "value": 500}])
-    desc = loader.parse(mutate(raw_stack("example"), [
-        {"delete": "storage_tiers.scratch.location"},
-        {"set": "storage_tiers.scratch.mount.source", "value": "10.20.9.50@tcp:/scratch"},
-        {"set": "storage_tiers.scratch.size_tib", "value": 500}]), "example")
+    """The issue's 500 TiB on-prem Lustre tier: no file system, so no line for one."""
+    run = declared_mutated("example", ONPREM_LUSTRE)
+    desc = loader.parse(mutate(raw_stack("example"), ONPREM_LUSTRE), "example")
     c = cost.ceiling(((r.type, r.name, r.inputs) for r in run.resources), desc)
     assert "file systems" not in c.per_kind
 
