@@ -3,14 +3,18 @@ from the vendored archive facts (gpupool/data/slurm-gpu-detection)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import yaml
 
+from gpupool import cli
 from gpupool.paths import DATA
 from gpupool.render import inventory, slurm
 from gpupool.spec import floors, gpu_detection, loader, rules
 from gpupool.spec.gpu_detection import resolve
-from tests.conftest import ROOT
+from tests.conftest import ROOT, mutate, raw_stack
 
 
 def _with_slurm(stack: str, version: str):  # type: ignore[no-untyped-def]
@@ -132,3 +136,17 @@ def test_validate_can_say_plainly_why_there_is_no_autodetection() -> None:
         "Slurm" in text and "AutoDetect=off" in text
     assert gpu_detection.notice(loader.load_stack("example", ROOT)) is None  # trixie: NVML
     assert gpu_detection.notice(loader.load_stack("lab", ROOT)) is None  # fixture devices
+
+
+def test_validate_prints_the_notice_and_lists_it_in_json(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "pool.yaml"
+    path.write_text(yaml.safe_dump(mutate(raw_stack("example"), [
+        {"set": "software.slurm", "value": "22.05.8-4+deb12u3"}])))
+    assert cli.main(["validate", "--file", str(path), "--json"]) == cli.EXIT_OK
+    notices = json.loads(capsys.readouterr().out)["notices"]
+    assert notices == [gpu_detection.notice(loader.load_file(path))]
+    assert cli.main(["validate", "--file", str(path)]) == cli.EXIT_OK
+    assert "note: GPU detection: " in capsys.readouterr().out
+    assert cli.main(["validate", "--stack", "example", "--json"]) == cli.EXIT_OK
+    assert json.loads(capsys.readouterr().out)["notices"] == []
