@@ -77,6 +77,12 @@ def test_dashboard_queries_parse_and_use_known_series(tmp_path: Path) -> None:
             assert name in recorded, f"{name} is not recorded by the rules"
 
 
+# The web client settings prometheus.yml reads: role monitoring's public defaults.
+WEB = {k: v for k, v in yaml.safe_load((ROOT / "roles/monitoring/defaults/main.yml")
+                                       .read_text()).items()
+       if k in ("monitoring_tls_cert", "monitoring_web_user", "monitoring_web_password_file")}
+
+
 def test_burst_nodes_node_and_dcgm_exporters_are_discovered_through_slurm(tmp_path: Path) -> None:
     """Role monitoring's prometheus.yml: the node
     and dcgm jobs each also ask the scheduler exporter for Slurm's cloud nodes, on their own
@@ -86,8 +92,7 @@ def test_burst_nodes_node_and_dcgm_exporters_are_discovered_through_slurm(tmp_pa
         monitoring_config_dir="/etc/gpupool/monitoring", monitoring_address="10.0.0.1",
         monitoring_alertmanager_port=9093, monitoring_prometheus_port=9090,
         monitoring_slurm_exporter_port=9815, monitoring_node_exporter_port=9100,
-        monitoring_dcgm_exporter_port=9400, monitoring_tls_cert="/etc/prometheus/web/tls.crt",
-        monitoring_web_user="gpupool", monitoring_web_password_file="/etc/prometheus/web/pw")
+        monitoring_dcgm_exporter_port=9400, **WEB)
     jobs = {j["job_name"]: j for j in yaml.safe_load(text)["scrape_configs"]}
     assert {name: [c["url"] for c in job.get("http_sd_configs", [])]
             for name, job in jobs.items()} == {
