@@ -23,6 +23,7 @@ import yaml
 
 from gpupool.onhost import idle_reclaim as ir
 from tests.conftest import ROOT, render_role_template
+from tests.test_idle_reclaim import _Prometheus
 
 PROGRAM = ROOT / "gpupool" / "onhost" / "web_password.py"
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -156,7 +157,7 @@ def test_idle_reclaim_logs_in_where_role_monitoring_says() -> None:
                               "monitoring_tls_cert")]
 
 
-class _Guarded(http.server.BaseHTTPRequestHandler):
+class _Guarded(_Prometheus):
     """FIXTURE Prometheus over TLS that requires one user's basic auth."""
 
     def do_GET(self) -> None:
@@ -164,15 +165,7 @@ class _Guarded(http.server.BaseHTTPRequestHandler):
             self.send_response(401)
             self.end_headers()
             return
-        body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
-            {"metric": {"hpc_job": "41"}, "value": [1, "0"]}]}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+        super().do_GET()
 
 
 @pytest.fixture
@@ -183,6 +176,9 @@ def guarded(certificate: tuple[Path, Path], tmp_path: Path
     server = http.server.HTTPServer(("127.0.0.1", 0), _Guarded)
     server.expected = "Basic " + base64.b64encode(  # type: ignore[attr-defined]
         b"gpupool:s3cret-for-the-fixture").decode()
+    server.answer = json.dumps({"status": "success", "data": {  # type: ignore[attr-defined]
+        "resultType": "vector", "result": [{"metric": {"hpc_job": "41"}, "value": [1, "0"]}]}
+    }).encode()
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(*certificate)
     server.socket = context.wrap_socket(server.socket, server_side=True)
