@@ -3,6 +3,8 @@ Slurm, Kueue, the acceptance gate). Nothing here may be typed twice elsewhere.""
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -118,3 +120,37 @@ def preemption_kueue_expressible(desc: Description) -> set[tuple[str, str]]:
     classes = desc.task_classes.items()
     return {(a, b) for a, ca in classes if not ca.preemptible
             for b, cb in classes if cb.preemptible}
+
+
+# A mount source's server part, before ":/": NFS's `host`, `[v6 address]`, or Lustre's
+# NIDs (`10.0.0.1@tcp:10.0.0.2@tcp`, commas between a server's failover NIDs).
+_SERVER_TOKEN = re.compile(r"\[[^\]]*\]|[^:,\[\]]+")
+
+
+def mount_servers(source: str) -> list[str]:
+    """The servers a network mount source names, as written (brackets and NID networks
+    removed): `lab-filer:/x` -> [lab-filer], `[fd00::1]:/x` -> [fd00::1],
+    `10.0.0.1@tcp:10.0.0.2@o2ib:/fs` -> [10.0.0.1, 10.0.0.2]."""
+    servers = source.split(":/", 1)[0]
+    return [tok.strip("[]").split("@", 1)[0] for tok in _SERVER_TOKEN.findall(servers)
+            if tok.strip("[]").split("@", 1)[0]]
+
+
+def node_named(desc: Description, host: str) -> str | None:
+    """The node a host name or address means, however it is written: the node's name, its
+    FQDN in the pool's domain (any case, a trailing dot or not), or any of its addresses
+    (compared as addresses, so `fd00::0001` is `fd00::1`). None for anything else."""
+    name = host.strip().rstrip(".").lower()
+    if name in desc.nodes:
+        return name
+    suffix = "." + desc.pool.domain
+    if name.endswith(suffix) and name.removesuffix(suffix) in desc.nodes:
+        return name.removesuffix(suffix)
+    try:
+        address = ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        return None
+    for node_name, node in desc.nodes.items():
+        if any(ipaddress.ip_address(str(a)) == address for a in node.addresses.values()):
+            return node_name
+    return None

@@ -46,6 +46,8 @@ from gpupool.spec.errors import Problem
 from gpupool.spec.facts import (
     controllers,
     gpu_capacity,
+    mount_servers,
+    node_named,
     preemption_kueue_expressible,
     preemption_slurm_expressible,
     preemption_wanted,
@@ -1039,7 +1041,7 @@ def controller_count(desc: Description) -> Iterator[Problem]:
                       "where failover is declared)", found)
 
 
-@rule("failover", "storage_tiers", "nodes")
+@rule("failover", "storage_tiers", "nodes", "pool")
 def failover(desc: Description) -> Iterator[Problem]:
     f = desc.failover
     if f is None:
@@ -1052,10 +1054,11 @@ def failover(desc: Description) -> Iterator[Problem]:
         yield Problem("failover.state_tier", "failover-state-shared",
                       "both controllers read Slurm's state from it: name a tier with an "
                       f"{' or '.join(t.value for t in SHARED_FSTYPES)} mount", f.state_tier)
-    elif (server := tier.mount.source.split(":", 1)[0]) in desc.nodes and \
-            NodeRole.CONTROLLER in desc.nodes[server].roles:
+    elif served := [n for n in (node_named(desc, s) for s in mount_servers(tier.mount.source))
+                    if n is not None and NodeRole.CONTROLLER in desc.nodes[n].roles]:
+        # By what the host is, not how the source spells it: name, FQDN or address.
         yield Problem("failover.state_tier", "failover-state-off-controllers",
-                      f"tier {f.state_tier} is served by controller {server}: losing that "
+                      f"tier {f.state_tier} is served by controller {served[0]}: losing that "
                       "host would take the state the backup needs with it", f.state_tier)
 
 
@@ -1107,13 +1110,9 @@ def _onprem_servers(desc: Description, source: str) -> list[str]:
     segment's). A name that is neither (fsx, a DNS name) says nothing either way."""
     cloud_blocks = [ipaddress.ip_network(s.cloud_cidr) for s in desc.network.segments.values()
                     if s.cloud_cidr]
-    servers = source.split(":/", 1)[0]
     found = []
-    for part in servers.replace(",", ":").split(":"):
-        host = part.split("@", 1)[0]
-        if not host:
-            continue
-        if host in desc.nodes:
+    for host in mount_servers(source):
+        if node_named(desc, host) is not None:
             found.append(host)
             continue
         try:
@@ -1125,7 +1124,7 @@ def _onprem_servers(desc: Description, source: str) -> list[str]:
     return found
 
 
-@rule("storage_tiers", "network", "nodes")
+@rule("storage_tiers", "network", "nodes", "pool")
 def storage_locations(desc: Description) -> Iterator[Problem]:
     """Where each tier lives, and what that declares in the cloud (model.Location): a
     cloud tier is a bucket, or FSx for Lustre for scratch; nothing is declared for an
