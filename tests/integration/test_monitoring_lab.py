@@ -30,6 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import bench
 import bench.monitoring_lab
 from gpupool.lab import hosts, slurm_cluster
+from gpupool.onhost import slurm_exporter
 from gpupool.render import slurm
 from gpupool.spec.facts import controller
 from gpupool.spec.model import Description, Role
@@ -71,6 +72,22 @@ def series(got: list[tuple[str, dict[str, str], float]], name: str
     return [(labels, v) for n, labels, v in got if n == name]
 
 
+# Root's snapshot the exporter serves from (PrivateData=jobs): role slurm_exporter's vars.
+SNAPSHOT = (yaml.safe_load((Path(__file__).resolve().parents[2] / "roles/slurm_exporter/vars/"
+                            "Debian.yml").read_text())["slurm_exporter_snapshot_dir"]
+            + "/" + slurm_exporter.SNAPSHOT_NAME)
+
+
+def caught_up(s: slurm_cluster.SlurmLab) -> None:
+    """Return once the exporter serves what Slurm says now: it answers from root's
+    snapshot, up to one timer interval old, and reuses its last collection for
+    MIN_INTERVAL_S. So: a snapshot taken after now, then that reuse past."""
+    now = float(s.sh("date +%s.%N"))
+    wait_for("a snapshot taken after now", lambda: float(
+        json.loads(s.sh(f"cat {SNAPSHOT}"))["taken"]) > now, 60)
+    time.sleep(slurm_exporter.MIN_INTERVAL_S + 1)
+
+
 def finished_counts(s: slurm_cluster.SlurmLab) -> Counter[tuple[str, ...]]:
     return Counter({(x["team"], x["class"], x["state"]): int(v)
                     for x, v in series(scrape(s), "gpupool_jobs_finished_total")})
@@ -105,6 +122,7 @@ def test_what_it_serves_agrees_with_slurm(pool: slurm_cluster.SlurmLab) -> None:
         pool.job(j)["Reason"] != "None" for j in waiting), 30)
     onprem = [n.name for n in slurm.nodes(desc) if not n.cloud]
     drained = onprem[-1]
+    caught_up(pool)  # jobs that finished before this test are in `before`, not in what it adds
     before = finished_counts(pool)
     pool.sh(f"scontrol update nodename={drained} state=drain reason=monitoring-proof")
     try:
