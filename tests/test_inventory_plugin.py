@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -250,7 +251,7 @@ def test_the_plugin_works_from_a_subfolder_of_the_project(tmp_path: Path) -> Non
         proc = _run(args, cwd, project / "ansible.cfg", strict=False)
         assert proc.returncode == 0 and "lab-gpu1" in proc.stdout, f"{cwd} {args}: " \
             + proc.stderr
-    hosts = subprocess.run([str(BIN / "gpupool"), "playbook", "site", "--list-hosts"],
+    hosts = subprocess.run([sys.executable, "-m", "gpupool", "playbook", "site", "--list-hosts"],
                            cwd=deep, capture_output=True, text=True, timeout=120, check=False,
                            env={k: v for k, v in os.environ.items()
                                 if not k.startswith("ANSIBLE_")})
@@ -259,7 +260,7 @@ def test_the_plugin_works_from_a_subfolder_of_the_project(tmp_path: Path) -> Non
     for cwd, args in ((project, ["-i", str(source), "--list"]), (deep, ["--list"])):
         _fails_cleanly(_run(args, cwd, project / "ansible.cfg", strict=False),
                        "nodes.lab-gpu1.rack: [")
-    hosts = subprocess.run([str(BIN / "gpupool"), "playbook", "site", "--list-hosts"],
+    hosts = subprocess.run([sys.executable, "-m", "gpupool", "playbook", "site", "--list-hosts"],
                            cwd=deep, capture_output=True, text=True, timeout=120, check=False,
                            env={k: v for k, v in os.environ.items()
                                 if not k.startswith("ANSIBLE_")})
