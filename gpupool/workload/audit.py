@@ -1,8 +1,30 @@
-"""Workload audit: what a pool's jobs look like, and how many GPUs they need.
+"""Workload audit: what a pool's jobs look like, how many GPUs they need, and whether the
+pool's GPUs of each model were enough.
 
 Reads job history (Slurm `sacct` output, or the Alibaba GPU trace format) into one job
 record shape, then reports durations, GPUs per job, parallel experiments per team and
-class, the GPU count that keeps a wait-time target, and the quotas that would follow.
+class, the GPU count that keeps a wait-time target, the quotas that would follow, and
+demand against capacity per GPU model.
+
+Capacity per model: a job counts against the model its GPUs were (sacct's AllocTRES
+`gres/gpu:h100=8`), so 40 idle L40S never hide an H100 shortage. Each model's row gives
+the peak and time-weighted p95 of the GPUs in use at once, the model's capacity (every
+capacity type together: on-prem, and burst at its most), and how long, what share of the
+history's span and in how many episodes demand was over it. Jobs that name no model
+(a plain `gres/gpu=2`, the Alibaba trace, or an allocation across several models, which
+only a request for any GPU gets) have a row of their own, model None: any model of the
+pool could serve them (`served_by`), so their capacity is the whole pool, and they share
+it with every other job: that row is over capacity while every job's GPUs together are
+over the whole pool.
+
+Rows that are not counted are counted by reason (DROP_REASONS; the first that applies,
+in its order), never skipped in silence and never a crash: a row of history from a
+long-running pool may be half-written, cut, or from an account since removed. A value no
+row of `sacct` holds is such a row (`unparsable`), with the first few named by line. The
+Alibaba trace is a published data set, not a pool's history: a value it never holds is
+a wrong file and stops the read at its line (TraceError), as for the replay's sampler
+that shares its reader. This module knows nothing of the description: the caller gives
+the teams, models and capacity to check against.
 """
 
 from __future__ import annotations
@@ -14,9 +36,9 @@ import heapq
 import itertools
 import math
 import re
-from collections import defaultdict
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections import Counter, defaultdict
+from collections.abc import Collection, Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -36,7 +58,10 @@ ALIBABA_CLASS_WHY = {
     "Burstable": "may use more than requested, run to completion, not preempted",
     "BE": "best effort: runs on idle GPUs and may be preempted",
 }
-_GPU_TRES = re.compile(r"gres/gpu(?::[^=,]+)?=(\d+)")
+# A GPU entry of AllocTRES: gres/gpu=N, or gres/gpu:TYPE=N (TYPE a model or MIG profile).
+# The count is taken as written and checked after, so `gres/gpu=abc` is unparsable, not
+# a CPU-only job.
+_GPU_TRES = re.compile(r"gres/gpu(?::([^=,]+))?=([^,]*)")
 
 
 @dataclass(frozen=True)
@@ -48,6 +73,7 @@ class Job:
     submit: float  # seconds
     start: float
     end: float
+    gpu_model: str = ""  # the model its GPUs were; "" where the history names none
 
     @property
     def duration(self) -> float:
@@ -149,15 +175,65 @@ def alibaba_pods(path: Path) -> list[Pod]:
     return pods
 
 
-def _ran(job: Job) -> Job | None:
-    """The job as the audit counts it, or None where it used no GPU or never ran. A
-    submission recorded after the start (a requeued job's) waited nothing; a time or GPU
-    count that is not a finite number is a mistake in the file, not a job."""
-    if not all(math.isfinite(v) for v in (job.gpus, job.submit, job.start, job.end)):
-        raise ValueError("times and GPU counts must be finite numbers")
-    if job.gpus <= 0 or job.end <= job.start:
-        return None
-    return dataclasses.replace(job, submit=min(job.submit, job.start))
+# Why a row of history is not one of the audit's jobs. The order is the precedence: a row
+# is dropped for the first reason that applies.
+DROP_REASONS: dict[str, str] = {
+    "unparsable": "not a row the history's format holds (field count, a time or a GPU "
+                  "count that is no number or past any job's)",
+    "no_gpu": "no GPU (CPU-only, or 0 GPUs)",
+    "pending": "never started (pending, or cancelled before it started)",
+    "running": "still running: no end yet",
+    "unknown_team": "its account is no team of the description",
+    "unknown_gpu_model": "its GPU type is no model of the pool (a MIG profile is a "
+                         "slice of a GPU, not a GPU)",
+    "no_run_time": "ended at or before it started (clock skew)",
+}
+UNPARSABLE_EXAMPLES = 5  # lines named in the report: enough to find the rest
+
+
+@dataclass
+class History:
+    """The jobs a history file holds, and the rows dropped: counts by reason
+    (DROP_REASONS), the unknown team and model names by rows, the first unparsable
+    lines."""
+    jobs: list[Job] = field(default_factory=list)
+    dropped: Counter[str] = field(default_factory=Counter)
+    dropped_names: dict[str, Counter[str]] = field(default_factory=dict)
+    unparsable_examples: list[str] = field(default_factory=list)
+
+    def drop(self, reason: str, name: str = "") -> None:
+        self.dropped[reason] += 1
+        if name:
+            self.dropped_names.setdefault(reason, Counter())[name] += 1
+
+    def unparsable(self, where: str) -> None:
+        self.drop("unparsable")
+        if len(self.unparsable_examples) < UNPARSABLE_EXAMPLES:
+            self.unparsable_examples.append(where)
+
+    def keep(self, job: Job) -> None:
+        """Add the job, or count it dropped where it used no GPU or no time. A
+        submission recorded after the start (a requeued job's) waited nothing; a time or
+        GPU count that is not a finite number is a mistake in the file, not a job."""
+        if not all(math.isfinite(v) for v in (job.gpus, job.submit, job.start, job.end)):
+            raise ValueError("times and GPU counts must be finite numbers")
+        if job.gpus <= 0:
+            self.drop("no_gpu")
+        elif job.end <= job.start:
+            self.drop("no_run_time")
+        else:
+            self.jobs.append(dataclasses.replace(job, submit=min(job.submit, job.start)))
+
+    def summary(self) -> dict[str, Any]:
+        """The report's keys for the rows dropped (every reason, 0 included)."""
+        return {
+            "dropped": {r: self.dropped[r] for r in DROP_REASONS},
+            "dropped_total": sum(self.dropped.values()),
+            "drop_reasons": dict(DROP_REASONS),
+            "dropped_names": {r: dict(sorted(n.items()))
+                              for r, n in sorted(self.dropped_names.items())},
+            "unparsable_examples": list(self.unparsable_examples),
+        }
 
 
 def _ts(value: str) -> float | None:
@@ -166,26 +242,59 @@ def _ts(value: str) -> float | None:
     return datetime.fromisoformat(value).timestamp()
 
 
-def read_sacct(path: Path) -> list[Job]:
-    """Lines of `SACCT_COMMAND` output ('|'-separated, no header)."""
-    jobs = []
+def _gpu_type(typed: dict[str, int], models: Collection[str] | None) -> tuple[str, str]:
+    """(model, unknown type) of a row's typed GPU entries: one model, or "" for none or
+    several (an allocation across models, which only a request for any GPU gets)."""
+    unknown = sorted(t for t in typed if models is not None and t not in models)
+    if unknown:
+        return "", unknown[0]
+    return (next(iter(typed)) if len(typed) == 1 else ""), ""
+
+
+def read_sacct(path: Path, teams: Collection[str] | None = None,
+               models: Collection[str] | None = None) -> History:
+    """Lines of `SACCT_COMMAND` output ('|'-separated, no header). teams and models: the
+    accounts and GPU types to count (None: any); a row of another is dropped by name."""
+    history = History()
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
         fields = line.split("|")
         if len(fields) != 8:
-            raise TraceError(f"{path}:{n}: {len(fields)} '|'-separated fields, expected 8 "
-                             f"(the output of: {SACCT_COMMAND})")
+            history.unparsable(f"{path}:{n}: {len(fields)} '|'-separated fields, expected "
+                               f"8 (the output of: {SACCT_COMMAND})")
+            continue
         job_id, account, partition, tres, submit, start, end, _state = fields
-        with at_line(path, n):
-            m = _GPU_TRES.findall(tres)
-            s, b, e = _ts(submit), _ts(start), _ts(end)
-            if not m or s is None or b is None or e is None:
-                continue  # CPU-only, or never ran
-            gpus = max(_gpu_count(g, "gres/gpu", MAX_JOB_GPUS) for g in m)
-            if job := _ran(Job(job_id, account, partition, float(gpus), s, b, e)):
-                jobs.append(job)
-    return jobs
+        try:
+            with at_line(path, n):
+                typed: dict[str, int] = {}
+                gpus = 0
+                for gpu_type, count in _GPU_TRES.findall(tres):
+                    value = _gpu_count(count, "gres/gpu", MAX_JOB_GPUS)
+                    if gpu_type:
+                        typed[gpu_type] = value
+                    gpus = max(gpus, value)
+                gpus = max(gpus, sum(typed.values()))
+                if gpus > MAX_JOB_GPUS:  # each type's count is in bounds, their sum not
+                    raise ValueError(f"gres/gpu {gpus} must be from 0 to {MAX_JOB_GPUS}")
+                s, b, e = _ts(submit), _ts(start), _ts(end)
+        except TraceError as exc:
+            history.unparsable(str(exc))
+            continue
+        model, unknown = _gpu_type(typed, models)
+        if not gpus:
+            history.drop("no_gpu")
+        elif s is None or b is None:
+            history.drop("pending")
+        elif e is None:
+            history.drop("running")
+        elif teams is not None and account not in teams:
+            history.drop("unknown_team", account)
+        elif unknown:
+            history.drop("unknown_gpu_model", unknown)
+        else:
+            history.keep(Job(job_id, account, partition, float(gpus), s, b, e, model))
+    return history
 
 
 UNMAPPED_CLASS = "training"  # a QoS class the map does not name
@@ -195,24 +304,28 @@ UNMAPPED_WHY = ("not in the class map: counted as training, steady work "
 
 def read_alibaba(path: Path, trace_end: float | None = None,
                  classes: dict[str, str] | None = None,
-                 unmapped: set[str] | None = None) -> list[Job]:
-    """openb_pod_list_*.csv: GPU pods; those still running end at the trace's end. classes:
+                 unmapped: set[str] | None = None) -> History:
+    """openb_pod_list_*.csv: GPU pods; those still running end at the trace's end (a
+    trace is a window cut from a running cluster, and its pods carry no account, so none
+    is dropped as running or of an unknown team). classes:
     QoS class -> task class (default ALIBABA_CLASS); a QoS class it does not name counts as
     UNMAPPED_CLASS and is added to `unmapped`, so the report can say so."""
     classes = ALIBABA_CLASS if classes is None else classes
     pods = alibaba_pods(path)
     end_of_trace = trace_end or max((p.deleted or 0.0 for p in pods), default=0.0)
-    jobs = []
+    history = History()
     for p in pods:
-        if p.scheduled is None:
-            continue
-        if p.qos not in classes and unmapped is not None:
-            unmapped.add(p.qos)
-        if job := _ran(Job(p.name, "trace", classes.get(p.qos, UNMAPPED_CLASS), p.gpus,
-                           p.created, p.scheduled,
-                           end_of_trace if p.deleted is None else p.deleted)):
-            jobs.append(job)
-    return jobs
+        if not p.gpus:
+            history.drop("no_gpu")
+        elif p.scheduled is None:
+            history.drop("pending")
+        else:
+            if p.qos not in classes and unmapped is not None:
+                unmapped.add(p.qos)
+            history.keep(Job(p.name, "trace", classes.get(p.qos, UNMAPPED_CLASS), p.gpus,
+                             p.created, p.scheduled,
+                             end_of_trace if p.deleted is None else p.deleted))
+    return history
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -236,9 +349,16 @@ def concurrency(jobs: Iterable[Job], weight: str = "gpus") -> list[tuple[float, 
     return out
 
 
-def _time_weighted_percentile(steps: list[tuple[float, float]], q: float) -> float:
-    spans = [(lvl, t2 - t1) for (t1, lvl), (t2, _) in itertools.pairwise(steps)
-             if t2 > t1]
+def _spans(steps: list[tuple[float, float]],
+           window: tuple[float, float] | None = None) -> list[tuple[float, float]]:
+    """(level, seconds) of a concurrency step function, over its own span or over a
+    window (level 0 where the steps have not begun or have ended): a model's p95 and
+    time over capacity are shares of the whole history, not of its own busy hours."""
+    points = [(window[0], 0.0), *steps, (window[1], 0.0)] if window else steps
+    return [(lvl, t2 - t1) for (t1, lvl), (t2, _) in itertools.pairwise(points) if t2 > t1]
+
+
+def _time_weighted_percentile(spans: list[tuple[float, float]], q: float) -> float:
     total = sum(d for _, d in spans)
     if not total:
         return 0.0
@@ -248,6 +368,74 @@ def _time_weighted_percentile(steps: list[tuple[float, float]], q: float) -> flo
         if acc >= q / 100 * total:
             return lvl
     return spans[-1][0]
+
+
+# Levels are sums of fractional GPUs: a level this close to the capacity is at it.
+_EPSILON = 1e-9
+
+
+def _against_capacity(jobs: list[Job], compared: list[Job], capacity: int,
+                      window: tuple[float, float]) -> dict[str, Any]:
+    """Peak and p95 GPUs in use at once by `jobs`, and the time `compared`'s GPUs in use
+    (the jobs sharing the capacity) were over `capacity`: seconds, share of the window,
+    episodes."""
+    demand = _spans(concurrency(jobs, "gpus"), window)
+    shared = _spans(concurrency(compared, "gpus"), window)
+    over = [lvl > capacity + _EPSILON for lvl, _ in shared]
+    over_s = sum(d for (_, d), o in zip(shared, over, strict=True) if o)
+    span = window[1] - window[0]
+    return {
+        "jobs": len(jobs),
+        "peak_gpus": round(max((lvl for lvl, _ in demand), default=0.0), 2),
+        "p95_gpus": round(_time_weighted_percentile(demand, 95), 2),
+        "capacity": capacity,
+        "exceeded": over_s > 0,
+        "exceeded_s": round(over_s, 3),
+        "exceeded_share": round(over_s / span, 4) if span else 0.0,
+        # An episode begins where a span over capacity follows one that was not.
+        "exceeded_episodes": sum(o and not before for before, o in
+                                 itertools.pairwise([False, *over])),
+    }
+
+
+def capacity_by_model(jobs: list[Job],
+                      capacity: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
+    """Demand against capacity per GPU model (capacity: model -> capacity type -> GPUs),
+    every model of the pool or of the jobs, then the jobs that name no model against the
+    whole pool (the module's docstring says why)."""
+    if not jobs:
+        return []
+    window = (min(j.start for j in jobs), max(j.end for j in jobs))
+    by_model: dict[str, list[Job]] = defaultdict(list)
+    for j in jobs:
+        by_model[j.gpu_model].append(j)
+    rows = []
+    for model in sorted(set(capacity) | (set(by_model) - {""})):
+        types = capacity.get(model, {})
+        rows.append({"model": model, "capacity_by_type": dict(types)} | _against_capacity(
+            by_model[model], by_model[model], sum(types.values()), window))
+    if by_model[""]:
+        rows.append({"model": None,
+                     "served_by": sorted(m for m, t in capacity.items() if sum(t.values()))}
+                    | _against_capacity(by_model[""], jobs, pool_gpus(capacity), window))
+    return rows
+
+
+def capacity_text(row: dict[str, Any]) -> str:
+    """A capacity_by_model row in words, as the console and the Markdown report say it."""
+    what = (row["model"] if row["model"] is not None
+            else f"no model named (any of {', '.join(row['served_by']) or 'none'})")
+    line = (f"{what}: peak {row['peak_gpus']:g}, p95 {row['p95_gpus']:g} of "
+            f"{row['capacity']} GPUs")
+    if row["exceeded"]:
+        line += (f": short {row['exceeded_share']:.0%} of the time "
+                 f"({row['exceeded_s'] / 3600:.1f} h, {row['exceeded_episodes']} "
+                 f"episode{'' if row['exceeded_episodes'] == 1 else 's'})")
+    return line
+
+
+def pool_gpus(capacity: dict[str, dict[str, int]]) -> int:
+    return sum(sum(types.values()) for types in capacity.values())
 
 
 def simulate_fcfs_waits(jobs: list[Job], capacity: float) -> list[float]:
@@ -289,9 +477,10 @@ def _dist(values: list[float]) -> dict[str, float]:
 
 
 def audit(jobs: list[Job], wait_s: float, declared_quota: dict[str, int] | None = None,
-          q: float = 95) -> dict[str, Any]:
+          q: float = 95, capacity: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
     """The audit: per team and class, durations, GPUs per job and demand; the GPUs that keep
-    the q-th percentile wait at or under wait_s; quotas in proportion to p90 demand."""
+    the q-th percentile wait at or under wait_s; quotas in proportion to p90 demand; demand
+    against the pool's capacity per model (capacity: model -> capacity type -> GPUs)."""
     groups: dict[tuple[str, str], list[Job]] = defaultdict(list)
     for j in jobs:
         groups[(j.team, j.task_class)].append(j)
@@ -299,8 +488,7 @@ def audit(jobs: list[Job], wait_s: float, declared_quota: dict[str, int] | None 
     per_team_peak: dict[str, float] = defaultdict(float)
     rows = []
     for (team, cls), js in sorted(groups.items()):
-        gpu_steps = concurrency(js, "gpus")
-        p90_gpus = _time_weighted_percentile(gpu_steps, 90)
+        p90_gpus = _time_weighted_percentile(_spans(concurrency(js, "gpus")), 90)
         per_team_peak[team] += p90_gpus
         rows.append({
             "team": team, "class": cls, "jobs": len(js),
@@ -309,6 +497,7 @@ def audit(jobs: list[Job], wait_s: float, declared_quota: dict[str, int] | None 
             "parallel_jobs_peak": max((lvl for _, lvl in concurrency(js, "jobs")), default=0),
             "gpus_in_use_p90": round(p90_gpus, 2),
         })
+    models = capacity_by_model(jobs, capacity or {})
     demand_total = sum(per_team_peak.values()) or 1.0
     recommended = {t: max(1, round(needed * d / demand_total)) for t, d in per_team_peak.items()}
     return {
@@ -320,4 +509,8 @@ def audit(jobs: list[Job], wait_s: float, declared_quota: dict[str, int] | None 
         "groups": rows,
         "recommended_quota": recommended,
         "declared_quota": declared_quota or {},
+        "pool_gpus": pool_gpus(capacity or {}),
+        "capacity_by_model": models,
+        # Models whose own jobs were over their capacity; None: the jobs naming no model.
+        "short_of": [row["model"] for row in models if row["exceeded"]],
     }

@@ -1,15 +1,18 @@
-"""`gpupool audit`: read job history and write the workload audit."""
+"""`gpupool audit`: read job history and write the workload audit: sizing, demand against
+the description's capacity per GPU model, and the rows of history it did not count."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from rich.markup import escape
 
 from gpupool.cli.numbers import non_negative_float, percentile
 from gpupool.cli.output import EXIT_OK, UsageError, emit_json, out, project_cache
 from gpupool.cli.registry import command
+from gpupool.spec.facts import gpu_capacity
 from gpupool.spec.model import Description
 from gpupool.workload import audit
 
@@ -42,12 +45,30 @@ def _class_map(text: str, desc: Description) -> dict[str, str]:
     return classes
 
 
-def _against_description(jobs: list[audit.Job], desc: Description) -> dict[str, object]:
-    """The trace's teams and classes, and which of them the description does not have."""
-    teams, classes = sorted({j.team for j in jobs}), sorted({j.task_class for j in jobs})
+def _against_description(history: audit.History, desc: Description) -> dict[str, object]:
+    """The trace's teams and classes, and which of them the description does not have (a
+    history's unknown accounts are dropped, and named here too)."""
+    jobs = history.jobs
+    dropped_teams = history.dropped_names.get("unknown_team", {})
+    teams = sorted({j.team for j in jobs} | set(dropped_teams))
+    classes = sorted({j.task_class for j in jobs})
     return {"trace_teams": teams, "trace_classes": classes,
             "teams_not_in_description": [t for t in teams if t not in desc.teams],
             "classes_not_in_description": [c for c in classes if c not in desc.task_classes]}
+
+
+def _dropped_lines(report: dict[str, Any]) -> list[str]:
+    """The rows not counted, one line per reason that has any, unknown names beside."""
+    if not report["dropped_total"]:
+        return []
+    lines = [f"{report['dropped_total']} rows dropped:"]
+    for reason, count in report["dropped"].items():
+        if count:
+            names = report["dropped_names"].get(reason, {})
+            named = f" ({', '.join(names)})" if names else ""
+            lines.append(f"  {reason}: {count}{named} - {report['drop_reasons'][reason]}")
+    lines += [f"  e.g. {where}" for where in report["unparsable_examples"]]
+    return lines
 
 
 @command("audit", _setup)
@@ -63,15 +84,20 @@ def cmd_audit(args: argparse.Namespace, desc: Description) -> int:
     except ValueError as exc:
         raise UsageError(f"--class-map: {exc}") from None
     unmapped: set[str] = set()
+    capacity = gpu_capacity(desc)
     with out.status("reading job history"):
-        jobs = (audit.read_sacct(args.sacct) if args.sacct
-                else audit.read_alibaba(args.alibaba, classes=classes, unmapped=unmapped))
+        history = (audit.read_sacct(args.sacct, teams=desc.teams, models=capacity)
+                   if args.sacct
+                   else audit.read_alibaba(args.alibaba, classes=classes, unmapped=unmapped))
+    jobs = history.jobs
+    summary = history.summary()
     if not jobs:
-        raise UsageError("no GPU jobs in the input")
+        raise UsageError(" ".join(["no GPU jobs in the input;", *_dropped_lines(summary)]))
     total_quota = {t: sum(team.quota.values()) for t, team in desc.teams.items()}
     with out.status(f"auditing {len(jobs)} jobs"):
-        report = audit.audit(jobs, args.wait_target, total_quota, args.wait_percentile)
-        report |= _against_description(jobs, desc)
+        report = audit.audit(jobs, args.wait_target, total_quota, args.wait_percentile,
+                             capacity)
+        report |= _against_description(history, desc) | summary
         if args.alibaba:
             report["class_mapping"] = {
                 qos: {"class": cls, "why": audit.ALIBABA_CLASS_WHY.get(qos, "given")}
@@ -88,6 +114,11 @@ def cmd_audit(args: argparse.Namespace, desc: Description) -> int:
             if report[key]:
                 out.print(f"[yellow]{key.replace('_', ' ')}[/]: "
                           f"{escape(', '.join(report[key]))}", highlight=False)
+        for line in _dropped_lines(report):
+            out.print(escape(line), highlight=False)
+        for row in report["capacity_by_model"]:
+            style = "red" if row["exceeded"] else "green"
+            out.print(f"[{style}]{escape(audit.capacity_text(row))}[/]", highlight=False)
         out.print(f"{len(jobs)} jobs; GPUs needed for p{args.wait_percentile:g} wait <= "
                   f"{args.wait_target:g} s: [bold]{report['gpus_needed_for_target']}[/]; "
                   f"report: {escape(str(path))}")
