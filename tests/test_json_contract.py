@@ -54,6 +54,7 @@ SUCCEEDS = [
     ["validate"], ["show"], ["inventory"], ["slurm", "render"], ["policy", "--list"],
     ["playbook"], ["audit", "--alibaba", str(TRACE), "--out", "{tmp}/audit"],
     ["init", "{tmp}/second"], ["gate", "lab-gpu1", "--print-expect"],
+    ["schema"], ["schema", "--reference"], ["schema", "-o", "{tmp}/description.schema.json"],
 ]
 
 
@@ -82,6 +83,7 @@ FAILS = [
     (["slurm", "render", "--vars", "{tmp}/foreign.txt"], "output"),
     (["drill", "preemption", "--report", "{tmp}/foreign.txt"], "output"),
     (["init", "{tmp}/pool"], "output"),
+    (["schema", "-o", "{tmp}/foreign.txt"], "output"),
     *(([*verb, "--file", "{tmp}/broken.yaml"], "invalid")
       for verb in (["validate"], ["show"], ["inventory"], ["plan"], ["policy"],
                    ["slurm", "render"], ["audit"], ["lab", "status"], ["gate"],
@@ -165,6 +167,6 @@ def test_validate_names_the_description_the_same_way_valid_or_not(
     assert {k: valid[k] for k in names} == {k: invalid[k] for k in names} == {
         "stack": None if how == "file" else "dev", "description": str(pool.resolve()),
         "source": str(pool.resolve())}
-    # Every verb but init and playbook reads a description: each is listed above.
+    # Every verb but init, playbook and schema reads a description: each is listed above.
     assert {v[0][0] for v in FAILS if v[1] == "invalid"} == set(registry.VERBS) - {
-        "init", "playbook"}
+        "init", "playbook", "schema"}

@@ -29,6 +29,7 @@ VERBS = {
     "drill": ("drill", "run failure drills on the lab's Slurm and record their figures"),
     "replay": ("replay", "replay a job trace on the lab's Slurm: gpupool policy vs baseline"),
     "init": ("init", "create a new pool project in DIR"),
+    "schema": ("schema", "the description's JSON Schema (for editors), or its field reference"),
     "playbook": ("playbook", "run one of gpupool's playbooks in the project, or list them"),
 }
 # The extra (pyproject.toml) that brings each optional top-level module.
