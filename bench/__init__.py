@@ -28,6 +28,8 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +135,31 @@ def write(name: str, figures: dict[str, Any], command: str | None = None) -> Pat
     data = {"provenance": provenance(command, figures), "figures": figures}
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return path
+
+
+def measured(argv: list[str], cwd: Path, timeout_s: float, ok: tuple[int, ...] = (0,),
+             stdout: Path | None = None) -> dict[str, Any]:
+    """One command as a user runs it: wall time, CPU time and peak memory of its own
+    process (wait4's rusage, not the benchmark's), its exit code, and where stdout is kept,
+    its size. Killed past timeout_s; an exit code not in ok prints the end of stderr."""
+    with tempfile.TemporaryFile("w+") as errors, \
+            (stdout.open("wb") if stdout else open(os.devnull, "wb")) as out:
+        t = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=errors)
+        deadline = t + timeout_s
+        while not (reaped := os.wait4(proc.pid, os.WNOHANG))[0]:
+            if time.perf_counter() > deadline:
+                proc.kill()
+            time.sleep(0.02)
+        wall = time.perf_counter() - t
+        proc.returncode = code = os.waitstatus_to_exitcode(reaped[1])
+        usage = reaped[2]
+        if code not in ok:
+            errors.seek(0)
+            print(f"  {' '.join(argv)} exited {code}: {errors.read()[-500:]}")
+    return {"wall_s": round(wall, 3), "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+            "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), "exit": code,
+            **({"output_mib": round(stdout.stat().st_size / 2**20, 2)} if stdout else {})}
 
 
 def run_tests(*paths: str) -> int:

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import gc
 import ipaddress
-import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -102,25 +100,9 @@ def _models(data: dict[str, Any]) -> list[str]:
 
 
 def command(argv: list[str]) -> dict[str, Any]:
-    """One `gpupool` command as a user runs it: wall time, CPU time and peak memory of its
-    own process (wait4's rusage), and its exit code."""
-    with tempfile.TemporaryFile("w+") as errors:
-        t = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "gpupool", *argv], cwd=bench.ROOT,
-                                stdout=subprocess.DEVNULL, stderr=errors)
-        deadline = t + COMMAND_TIMEOUT_S
-        while not (reaped := os.wait4(proc.pid, os.WNOHANG))[0]:
-            if time.perf_counter() > deadline:
-                proc.kill()
-            time.sleep(0.02)
-        wall = time.perf_counter() - t
-        proc.returncode = code = os.waitstatus_to_exitcode(reaped[1])
-        usage = reaped[2]
-        if code not in (0, 1):  # 1: violations or problems found, still a full run
-            errors.seek(0)
-            print(f"  gpupool {' '.join(argv)} exited {code}: {errors.read()[-500:]}")
-    return {"wall_s": round(wall, 3), "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
-            "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), "exit": code}
+    """One `gpupool` command as a user runs it (bench.measured)."""
+    return bench.measured([sys.executable, "-m", "gpupool", *argv], bench.ROOT,
+                          COMMAND_TIMEOUT_S, ok=(0, 1))  # 1: problems found, a full run
 
 
 def measure(nodes: int, folder: Path) -> dict[str, Any]:

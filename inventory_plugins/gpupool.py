@@ -14,6 +14,7 @@ from typing import Any
 
 from ansible.errors import AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin
+from ansible.template import trust_as_template
 
 DOCUMENTATION = r"""
 name: gpupool
@@ -83,9 +84,14 @@ class InventoryModule(BaseInventoryPlugin):
 
     def _add_group(self, name: str, data: dict[str, Any]) -> None:
         """One group of the YAML inventory structure, as Ansible's yaml plugin reads it."""
+        from gpupool.render.ansible_yaml import Template  # noqa: PLC0415
+
         self.inventory.add_group(name)
         for var, value in (data.get("vars") or {}).items():
-            self.inventory.set_variable(name, var, value)
+            # Nothing a plugin sets is evaluated unless marked (ansible-core 2.19), which
+            # keeps a description's text inert; gpupool's own templates are marked.
+            self.inventory.set_variable(
+                name, var, trust_as_template(str(value)) if isinstance(value, Template) else value)
         for host, host_vars in (data.get("hosts") or {}).items():
             self.inventory.add_host(host, group=name)
             for var, value in (host_vars or {}).items():

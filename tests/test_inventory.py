@@ -17,6 +17,7 @@ from gpupool import cli
 from gpupool.render import ansible_yaml, inventory
 from gpupool.spec import loader
 from gpupool.spec.errors import DescriptionError
+from gpupool.spec.facts import controller
 from tests.conftest import BIN, ROOT, raw_stack
 
 
@@ -84,8 +85,35 @@ def test_inventory_drives_ansible_inventory(stack: str, tmp_path: Path) -> None:
         assert name in listed[f"rack_{node.rack}"]["hosts"]
         assert name in listed[f"class_{node.class_.replace('-', '_')}"]["hosts"]
         assert f"--{name}" in graph
-    assert hostvars[next(iter(desc.nodes))]["gpupool_software"]["nvidia_driver"] == \
-        desc.software.nvidia_driver
+    # The pool-wide variables are held once, by the primary controller, and every host
+    # reads them in a play.
+    assert [h for h, v in hostvars.items() if inventory.POOL_WIDE in v] == [controller(desc)]
+    driver = _resolved(inv, next(reversed(desc.nodes)), "gpupool_software.nvidia_driver")
+    assert driver == desc.software.nvidia_driver
+
+
+def _resolved(inv: Path, host: str, expression: str) -> Any:
+    """What a play on host sees for expression (Ansible's debug action, no connection)."""
+    out = subprocess.run(
+        [BIN / "ansible", "-i", str(inv), host, "-m", "ansible.builtin.debug",
+         "-a", f"msg={{{{ {expression} | to_json }}}}"],
+        check=True, capture_output=True, text=True, cwd=inv.parent).stdout
+    return json.loads(json.loads(out.split("=>", 1)[1])["msg"])
+
+
+def test_listed_host_variables_do_not_grow_with_the_pool() -> None:
+    """`ansible-inventory --list` (how AWX and Semaphore sync) writes every host with its
+    groups' variables merged in: a host's share must not grow with the pool, or the listing
+    grows with its square (1.2 GB at 1,000 nodes when `all` held slurm.conf's node lines)."""
+    from bench.plan import synthetic  # noqa: PLC0415
+
+    def listed_bytes(nodes: int) -> int:
+        inv = inventory.build(synthetic(nodes))["all"]
+        host = inv["hosts"]["n0001"]
+        return len(json.dumps({**inv["vars"], **host}))
+
+    small, large = listed_bytes(100), listed_bytes(1000)
+    assert large < 1.1 * small, (small, large)
 
 
 def test_lab_inventory_groups(tmp_path: Path) -> None:
@@ -141,7 +169,7 @@ def _firewall(stack: str, node: str) -> str:
     else:
         inv = inventory.build(desc)["all"]
         inbound = inv["hosts"][node]["gpupool_node"]["inbound"]
-        sources = inv["vars"]["gpupool_flow_sources"]
+        sources = inv["hosts"][controller(desc)][inventory.POOL_WIDE]["gpupool_flow_sources"]
     env = jinja2.Environment(  # as Ansible's template module: trim_blocks  # noqa: S701
         loader=jinja2.FileSystemLoader(ROOT / "roles" / "hardening" / "templates"),
         trim_blocks=True, undefined=jinja2.StrictUndefined)

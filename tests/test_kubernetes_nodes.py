@@ -72,7 +72,7 @@ def test_onprem_gpu_nodes_register_with_their_model_and_class(desc: Description)
 def test_no_cluster_no_registration_and_no_kubelet_arguments() -> None:
     desc = loader.load_stack("lab", ROOT)
     inv = inventory.build(desc)["all"]
-    assert inv["vars"]["gpupool_kubernetes"] is None
+    assert inventory.pool_vars(desc)["gpupool_kubernetes"] is None
     assert all(h["gpupool_node"]["kubernetes"] is None for h in inv["hosts"].values())
     for name, group in desc.burst_groups.items():
         assert "kubelet" not in cloud.user_data(desc, name, group)

@@ -212,6 +212,7 @@ class Renderer:
         from ansible.inventory.manager import InventoryManager  # noqa: PLC0415
         from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
         from ansible.plugins.loader import init_plugin_loader  # noqa: PLC0415
+        from ansible.vars.hostvars import HostVars  # noqa: PLC0415
         from ansible.vars.manager import VariableManager  # noqa: PLC0415
 
         init_plugin_loader()
@@ -224,6 +225,10 @@ class Renderer:
         self.loader.set_basedir(str(ROOT / "playbooks"))
         self.inventory = InventoryManager(loader=self.loader, sources=[str(path)])
         self.variables = VariableManager(loader=self.loader, inventory=self.inventory)
+        # As a run's task queue sets it: the pool-wide variables are read through hostvars
+        # (gpupool/render/inventory.py, POOL_WIDE).
+        self.variables._hostvars = HostVars(  # noqa: SLF001 - what TaskQueueManager sets
+            inventory=self.inventory, variable_manager=self.variables, loader=self.loader)
         self.hosts = list(desc.nodes)
 
     @functools.cache  # noqa: B019 - one per role per test session

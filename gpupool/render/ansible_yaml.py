@@ -2,7 +2,8 @@
 holds a `{` marked `!unsafe`: Ansible then never evaluates template syntax that came from a
 description, whatever validation let through. A string without `{` holds none (Jinja's
 delimiters all start with it) and is written as it is. Keys stay plain (Ansible does not
-evaluate host, group or variable names), and so do Ansible's connection variables
+evaluate host, group or variable names), and so do templates gpupool writes itself
+(Template: never one that holds a description's text), and Ansible's connection variables
 (`ansible_*`): tools that read the inventory through `ansible-inventory --list`, testinfra
 among them, take those as plain strings; gpupool.spec.connection constrains them."""
 
@@ -14,6 +15,12 @@ import yaml
 
 
 class _Unsafe(str):
+    __slots__ = ()
+
+
+class Template(str):
+    """A template gpupool wrote (no description text in it): Ansible evaluates it."""
+
     __slots__ = ()
 
 
@@ -31,6 +38,8 @@ def _mark(value: Any) -> Any:
                 for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_mark(v) for v in value]
+    if isinstance(value, Template):
+        return str(value)
     return _Unsafe(value) if isinstance(value, str) and "{" in value else value
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpupool.render import cloud, flows, node_labels, scheduling, slurm
+from gpupool.render import ansible_yaml, cloud, flows, node_labels, scheduling, slurm
 from gpupool.render import mig_config as mig_render
 from gpupool.spec.catalog import INSTANCE_TYPES
 from gpupool.spec.connection import Connection
@@ -18,6 +18,13 @@ from gpupool.spec.facts import controller, gpu_capacity, rack_places
 from gpupool.spec.model import Description, duration_seconds
 
 PRIMARY_GROUP = "controller_primary"
+# The pool-wide variables (pool_vars) are held once, by the primary controller's host
+# variable POOL_WIDE, and `all` names each by a template that reads it there: in a play the
+# reference costs nothing, but `ansible-inventory --list` (what AWX and Semaphore sync)
+# writes every host's variables with its groups' merged in. Held in `all`, slurm.conf's
+# node lines, every flow source's addresses and every team were copied into each host:
+# 1.2 GB and 127 CPU-s at 1,000 nodes (bench/inventory.py has the figures since).
+POOL_WIDE = "gpupool_pool_wide"
 
 
 def group_name(prefix: str, name: str) -> str:
@@ -122,6 +129,13 @@ def host_vars(desc: Description, name: str, places: dict[str, Any] | None = None
     }
 
 
+def pool_wide_reference(var: str) -> ansible_yaml.Template:
+    """`all`'s value for var, a pool-wide variable: the primary controller's copy, which
+    every host reads through hostvars (there in any play, whatever its hosts or --limit)."""
+    return ansible_yaml.Template(
+        f"{{{{ hostvars[groups['{PRIMARY_GROUP}'][0]].{POOL_WIDE}.{var} }}}}")
+
+
 def build(desc: Description, extra_vars: dict[str, Any] | None = None,
           connection: Connection | None = None, cache_dir: Path | None = None
           ) -> dict[str, Any]:
@@ -163,6 +177,9 @@ def build(desc: Description, extra_vars: dict[str, Any] | None = None,
     for burst in desc.burst_groups:
         add(group_name("burst", burst))
 
+    pool = pool_vars(desc)
+    hosts = {n: host_vars(desc, n, places, sources) for n in desc.nodes}
+    hosts[controller(desc)][POOL_WIDE] = pool
     children: dict[str, Any] = {
         g: ({"hosts": dict.fromkeys(sorted(h))} if h else {}) for g, h in sorted(groups.items())
     }
@@ -171,8 +188,9 @@ def build(desc: Description, extra_vars: dict[str, Any] | None = None,
             children.setdefault(group_name("site", site), {})["vars"] = site_vars
     return {
         "all": {
-            "hosts": {n: host_vars(desc, n, places, sources) for n in desc.nodes},
-            "vars": {**pool_vars(desc), **connection.all.ansible_vars(), **(extra_vars or {})},
+            "hosts": hosts,
+            "vars": {**{k: pool_wide_reference(k) for k in pool},
+                     **connection.all.ansible_vars(), **(extra_vars or {})},
             "children": children,
         }
     }

@@ -22,7 +22,7 @@ from gpupool.gate.nvidia import (
     parse_xids,
 )
 from gpupool.gate.plugin import verdict
-from gpupool.render import inventory
+from gpupool.render import ansible_yaml, inventory
 from gpupool.spec import loader
 from tests.conftest import GPUPOOL, ROOT, mutate, raw_stack
 
@@ -71,7 +71,7 @@ def test_gate_checks_share_ansibles_ssh_connections(tmp_path: Path,
 
     desc = loader.load_stack("lab", ROOT)
     inv = tmp_path / "inventory.yml"
-    inv.write_text(yaml.safe_dump(inventory.build(desc, {"ansible_user": "root"})))
+    inv.write_text(ansible_yaml.dump(inventory.build(desc, {"ansible_user": "root"})))
     monkeypatch.chdir(tmp_path)  # not the repository: the gate names its ansible.cfg itself
     for key in ("ANSIBLE_CONFIG", "PATH"):
         monkeypatch.setenv(key, runner.suite_env()[key])
