@@ -34,12 +34,14 @@ from gpupool.cli.output import (
     busy,
     emit_json,
     err,
+    header,
     named,
+    problem_line,
     tell,
 )
 from gpupool.paths import PROJECT_FILE, find_project
 from gpupool.spec import connection, loader
-from gpupool.spec.errors import DescriptionError, Problem
+from gpupool.spec.errors import DescriptionError, Problem, printable
 from gpupool.spec.model import Description
 
 DEFAULT_STACK = "lab"
@@ -169,12 +171,10 @@ def report_invalid(exc: DescriptionError, args: argparse.Namespace) -> int:
                    "problems": [p.as_dict() for p in exc.problems]})
     else:
         # One line per problem: readable, and greppable in CI logs.
-        err.print(f"[bold red]invalid[/]: {escape(str(exc.source))}: {len(exc.problems)} "
-                  "problem(s); nothing was changed", highlight=False)
+        header(err, f"[bold red]invalid[/]: {escape(printable(str(exc.source), 10_000))}: "
+                    f"{len(exc.problems)} problem(s); nothing was changed")
         for p in exc.problems:
-            err.print(f"  [bold]{escape(p.path)}[/]: [yellow]\\[{escape(p.rule)}][/] "
-                      f"{escape(p.message)} (got {escape(repr(p.value))})", highlight=False,
-                      soft_wrap=True)
+            err.print(problem_line(p), highlight=False, soft_wrap=True)
     return EXIT_INVALID
 
 

@@ -17,14 +17,29 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
+
+from gpupool.spec.errors import Problem, printable
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 # An internal error (a bug), as sysexits.h's EX_SOFTWARE: apart from every code a verb
 # gives a meaning to (the gate's 3 is a node that could not be gated).
 EXIT_INTERNAL = 70
 
-out = Console()
-err = Console(stderr=True)
+
+class _Console(Console):
+    """rich's Console, except that a table is printed uncut: its body is laid out within the
+    width anyway, and its title is a header line (table), which never wraps and is never
+    cut at the width, the 80 columns rich assumes when nothing is a terminal included."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        if any(isinstance(o, Table) for o in objects):
+            kwargs.setdefault("crop", False)
+        super().print(*objects, **kwargs)
+
+
+out = _Console()
+err = _Console(stderr=True)
 
 
 # What stopped a verb, as --json's "error"."kind" names it, and its exit code.
@@ -69,6 +84,21 @@ def tell(failed: Failure, command: str | None, as_json: bool) -> int:
     if as_json:
         emit_json(failed.as_json(command))
     return failed.code
+
+
+def header(console: Console, markup: str) -> None:
+    """A header line (what a verb found, a summary above its details): one line whatever the
+    width, never wrapped or padded, piped or not (a log keeps it whole and greppable)."""
+    console.print(markup, highlight=False, soft_wrap=True)
+
+
+def problem_line(p: Problem) -> str:
+    """One problem as people read it (rich markup): where, the rule, what is wrong, and the
+    offending value where there is one. A hostile key in the path, or a value, is shown with
+    its control characters escaped, never raw to the terminal."""
+    got = "" if p.value is None else f" (got {escape(repr(p.value))})"
+    return (f"  [bold]{escape(printable(p.path))}[/]: [yellow]\\[{escape(p.rule)}][/] "
+            f"{escape(printable(p.message, 10_000))}{got}")
 
 
 def busy(message: str) -> contextlib.AbstractContextManager[Any]:
@@ -151,8 +181,10 @@ def cell(value: Any) -> str:
 def table(title: str, columns: list[str], rows: list[list[Any]], total: list[Any] | None
           ) -> Table:
     """A first column that never wraps (names stay whole at 80 columns: the others wrap
-    instead), figures right-aligned and text left, and an optional bold total row."""
-    t = Table(title=title, title_justify="left")
+    instead), figures right-aligned and text left, and an optional bold total row. The title
+    is a header line: never wrapped to the table's width, nor padded to it."""
+    t = Table(title=Text(title, style="table.title", no_wrap=True, overflow="ignore"),
+              title_justify="default")
     for i, c in enumerate(columns):
         text = i == 0 or any(isinstance(row[i], str) and not row[i].replace(".", "").isdigit()
                              for row in rows if len(row) > i)

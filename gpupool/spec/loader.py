@@ -8,15 +8,17 @@ The Pulumi program, the CLI and the tests all resolve it through `description_pa
 from __future__ import annotations
 
 import re
+import types
+import typing
 from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from gpupool.paths import PROJECT_ROOT
 from gpupool.spec import rules
-from gpupool.spec.errors import DescriptionError, Problem
+from gpupool.spec.errors import CONTROL, DescriptionError, Problem, did_you_mean, printable, quoted
 from gpupool.spec.model import (
     DURATION_RE,
     MIG_PROFILE_RE,
@@ -100,23 +102,34 @@ def _too_deep(text: str) -> yaml.Mark | None:
     return None
 
 
+def _at(mark: yaml.Mark) -> str:
+    """Where a mark is, as people count: "line 3, column 1"."""
+    return f"line {mark.line + 1}, column {mark.column + 1}"
+
+
+# What a key that is not a plain value is, in YAML's words (PyYAML builds a list or dict).
+_KINDS = {"list": "a list", "dict": "a mapping"}
+
+
 def _construct_mapping(loader: yaml.SafeLoader | yaml.CSafeLoader, node: yaml.MappingNode
                        ) -> dict[Any, Any]:
-    seen: set[Any] = set()
+    seen: dict[Any, yaml.Mark] = {}
     for key_node, _ in node.value:
         if key_node.tag == _MERGE_TAG:  # merged keys may be overridden; explicit ones not
             continue
         key = loader.construct_object(key_node, deep=True)
         try:
-            duplicate = key in seen
+            first = seen.get(key)
         except TypeError:
+            kind = _KINDS.get(type(key).__name__, "a collection")
             raise yaml.constructor.ConstructorError(
-                None, None, f"a mapping key must be a plain value, not {type(key).__name__}",
+                None, None, f"a mapping key must be a plain value, not {kind}",
                 key_node.start_mark) from None
-        if duplicate:
+        if first is not None:
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark)
-        seen.add(key)
+                None, None, f"duplicate key {quoted(key)} (first at {_at(first)}); a key may "
+                "appear only once in a mapping", key_node.start_mark)
+        seen[key] = key_node.start_mark
     return loader.construct_mapping(node, deep=True)
 
 
@@ -163,6 +176,45 @@ def _expanded_size(root: yaml.Node) -> int:
     return sizes[id(root)]
 
 
+TAB_MESSAGE = "tabs are not allowed for indentation in YAML; use spaces"
+# PyYAML's names of tokens, which its pure-Python parser quotes: "but got '<stream end>'".
+_TOKEN = re.compile(r"'?<([a-z ]+)>'?")
+
+
+def _position(text: str, position: int, character: int) -> str:
+    """Where a reader error is: PyYAML counts characters, libyaml may count bytes."""
+    if 0 <= position < len(text) and text[position] == chr(character):
+        before = text[:position]
+    else:
+        before = text.encode("utf-8")[:position].decode("utf-8", "ignore")
+    newline = "\n"
+    column = len(before) - (before.rfind(newline) + 1) + 1
+    return f"line {before.count(newline) + 1}, column {column}"
+
+
+def _yaml_problem(exc: yaml.YAMLError, text: str) -> tuple[str, str]:
+    """Where a YAML error is ("line 3, column 1") and what it is, in one plain message:
+    no Python repr, none of PyYAML's quoting of the source, and a tab named as a tab."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        return (_position(text, exc.position, exc.character),
+                f"character U+{exc.character:04X} is not allowed in YAML")
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
+    if mark is None or not problem:
+        return "(file)", printable(str(exc).splitlines()[0] if str(exc) else "not YAML", 500)
+    line = text.split("\n", mark.line + 1)[mark.line] if text.count("\n") >= mark.line else ""
+    if line[mark.column:mark.column + 1] == "\t" or ("tab" in problem and "\t" in line):
+        column = mark.column if line[mark.column:mark.column + 1] == "\t" else line.index("\t")
+        return f"line {mark.line + 1}, column {column + 1}", TAB_MESSAGE
+    message = _TOKEN.sub(lambda m: "the end of the file" if m.group(1) == "stream end"
+                         else m.group(1), problem)
+    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and context_mark is not None and context_mark is not mark and (
+            context_mark.line, context_mark.column) != (mark.line, mark.column):
+        message += f" ({context} at {_at(context_mark)})"
+    return _at(mark), printable(message, 500)
+
+
 def read_yaml(path: Path) -> Any:
     """The YAML document in path, read within the limits above. Every way a file can be
     unreadable or hostile is a DescriptionError with one problem, never another exception."""
@@ -200,10 +252,8 @@ def read_yaml(path: Path) -> Any:
                          f"{MAX_EXPANDED_NODES:,} values", None)
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        where = f"line {mark.line + 1}" if mark else "(file)"
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise refuse(where, "yaml", problem) from None
+        where, message = _yaml_problem(exc, text)
+        raise refuse(where, "yaml", message) from None
     finally:
         if loader is not None:
             loader.dispose()
@@ -264,22 +314,107 @@ def _path(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-def _problem(err: Any) -> Problem:
-    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p and p != "[key]"))
+def _unwrap(annotation: Any) -> Any:
+    """The type under Annotated[...] and an optional's `| None`."""
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin in (typing.Union, types.UnionType):
+            rest = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if len(rest) != 1:
+                return annotation
+            annotation = rest[0]
+        else:
+            return annotation
+
+
+def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The model whose mapping sits at loc (an error's place) below model, if one does:
+    fields by name or alias, a mapping's values by any key, a list's items by index."""
+    annotation: Any = model
+    for part in loc:
+        annotation = _unwrap(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            field = next((f for n, f in annotation.model_fields.items()
+                          if part in (n, f.alias)), None)
+            if field is None:
+                return None
+            annotation = field.annotation
+        elif typing.get_origin(annotation) is dict:
+            annotation = typing.get_args(annotation)[1]
+        elif typing.get_origin(annotation) is list and isinstance(part, int):
+            annotation = typing.get_args(annotation)[0]
+        else:
+            return None
+    annotation = _unwrap(annotation)
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) \
+        else None
+
+
+def _keys_of(model: type[BaseModel]) -> list[str]:
+    """The keys a description writes for model's fields (an alias where there is one:
+    `class`, not `class_`), in the model's order."""
+    return [f.alias or n for n, f in model.model_fields.items()]
+
+
+def _what(value: Any) -> str:
+    """What a value is, in YAML's words."""
+    if value is None:
+        return "empty"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return "a mapping" if isinstance(value, dict) else "a single value"
+
+
+def _place(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """An error's place without pydantic's own parts (a validator's "function-after[...]")."""
+    return tuple(p for p in loc if not (isinstance(p, str) and "[" in p and p != "[key]"))
+
+
+def _problem(err: Any, model: type[BaseModel] | None = None) -> Problem:
+    """A pydantic error as a problem. With the model validated (Description), a mistyped
+    key names the key meant and a misshapen section the keys it takes."""
+    loc = _place(err["loc"])
     kind = err["type"]
     message = err["msg"]
     if kind == "string_pattern_mismatch":
         kind, message = _PATTERN_RULES.get(err["ctx"]["pattern"], (kind, message))
     elif kind == "value_error":
         message = message.removeprefix("Value error, ")
+    elif kind == "missing":
+        message = "a required field is missing"
+    elif kind == "extra_forbidden":
+        # The unknown key is the last part, whatever it holds ("[" included).
+        loc = (*_place(err["loc"][:-1]), err["loc"][-1])
+        parent = _model_at(model, loc[:-1]) if model is not None else None
+        allowed = _keys_of(parent) if parent is not None else []
+        hint = did_you_mean(loc[-1], allowed)
+        message = ("unknown field; " + (hint or f"expected one of: {', '.join(allowed)}")
+                   if allowed else "unknown field")
+    elif kind == "model_type":
+        here = _model_at(model, loc) if model is not None else None
+        keys = ", ".join(_keys_of(here)) if here is not None else ""
+        if not loc and keys:
+            # The whole file: empty, or a list or a single value where the pool belongs.
+            what = {"empty": "the file is empty (or holds only comments)",
+                    "a list": "the top level is a list"}.get(
+                _what(err.get("input")), "the top level is a single value")
+            message = f"{what}; expected a pool description: a mapping with the keys {keys}"
+        else:
+            message = (f"expected a mapping{' with the keys ' + keys if keys else ''}; "
+                       f"it is {_what(err.get('input'))}")
+    elif kind == "dict_type":
+        message = f"expected a mapping; it is {_what(err.get('input'))}"
+    elif kind == "list_type":
+        message = f"expected a list; it is {_what(err.get('input'))}"
     value = None if kind == "missing" else err.get("input")  # the parent is no offender
     return Problem(_path(loc) or "(top)", kind.replace("_", "-"), message, value)
 
 
-# C0 and C1 control characters (newline and tab included), and the Unicode line separators
-# and bidirectional overrides that make text read differently from what it is. No value in
-# a description needs them, and each could break out of a file it is written into.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# Control characters (errors.CONTROL): no value in a description needs them, and each could
+# break out of a file it is written into.
+_CONTROL = CONTROL
 
 
 # Jinja's delimiters: every value reaches Ansible, which would evaluate them (a lookup
@@ -344,7 +479,7 @@ def parse(data: Any, source: str = "<description>") -> Description:
     try:
         desc = Description.model_validate(data)
     except ValidationError as exc:
-        problems = controls + [_problem(e) for e in exc.errors()]
+        problems = controls + [_problem(e, Description) for e in exc.errors()]
         if isinstance(data, dict):
             partial, valid = _valid_sections(data)
             problems += rules.check(partial, valid)

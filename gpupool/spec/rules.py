@@ -42,7 +42,7 @@ from gpupool.spec.catalog import (
     UNIX_NAME_MAX,
     closed_to_all_flows,
 )
-from gpupool.spec.errors import Problem
+from gpupool.spec.errors import Problem, unknown
 from gpupool.spec.facts import (
     controllers,
     gpu_capacity,
@@ -152,8 +152,7 @@ def node_classes(desc: Description) -> Iterator[Problem]:
         model = GPU_MODELS.get(nc.gpu.model)
         if model is None:
             yield Problem(f"{path}.model", "gpu-model-known",
-                          f"unknown GPU model; known: {', '.join(sorted(GPU_MODELS))}",
-                          nc.gpu.model)
+                          unknown("GPU model", nc.gpu.model, GPU_MODELS), nc.gpu.model)
             continue
         if nc.gpu.memory_gib not in model.memory_gib:
             yield Problem(f"{path}.memory_gib", "gpu-memory-matches-model",
@@ -434,11 +433,11 @@ def burst_groups(desc: Description) -> Iterator[Problem]:
     requeue_classes = [n for n, c in desc.task_classes.items() if c.preemptible and c.requeue]
     for name, g in desc.burst_groups.items():
         path = f"burst_groups.{name}"
-        unknown = [t for t in g.instance_types if t not in INSTANCE_TYPES]
-        for t in unknown:
+        unknown_types = [t for t in g.instance_types if t not in INSTANCE_TYPES]
+        for t in unknown_types:
             yield Problem(f"{path}.instance_types", "instance-type-known",
-                          "unknown instance type", t)
-        if not unknown:
+                          unknown("instance type", t, INSTANCE_TYPES), t)
+        if not unknown_types:
             shapes = {f"{INSTANCE_TYPES[t].gpus}x{INSTANCE_TYPES[t].gpu_model}"
                       for t in g.instance_types}
             if len(shapes) > 1:

@@ -9,7 +9,7 @@ import argparse
 
 from rich.markup import escape
 
-from gpupool.cli.output import EXIT_OK, emit_json, named, out
+from gpupool.cli.output import EXIT_OK, emit_json, header, named, out
 from gpupool.cli.registry import command
 from gpupool.render.lab_controls import weakened
 from gpupool.spec import gpu_detection
@@ -28,12 +28,12 @@ def cmd_validate(args: argparse.Namespace, desc: Description) -> int:
                    "warnings": [{"rule": "lab-weakens", **w.as_dict()} for w in warnings],
                    "notices": notices})
         return EXIT_OK
-    out.print(f"[green]valid[/green]: pool {desc.pool.name} "
-              f"({len(desc.nodes)} nodes, {len(desc.teams)} teams)")
+    # Header lines: whole at any width, piped or not (output.header).
+    header(out, f"[green]valid[/green]: pool {desc.pool.name} "
+                f"({len(desc.nodes)} nodes, {len(desc.teams)} teams)")
     if warnings:
-        out.print(f"[bold yellow]warning[/bold yellow]: pool {desc.pool.name} is a lab "
-                  f"description; it weakens {len(warnings)} control(s) production keeps:",
-                  highlight=False)
+        header(out, f"[bold yellow]warning[/bold yellow]: pool {desc.pool.name} is a lab "
+                    f"description; it weakens {len(warnings)} control(s) production keeps:")
         for w in warnings:
             out.print(f"  [yellow]{w.control}[/yellow]: {w.detail} ({w.where})",
                       highlight=False, markup=True)
