@@ -227,7 +227,7 @@ class Renderer:
         self.variables = VariableManager(loader=self.loader, inventory=self.inventory)
         # As a run's task queue sets it: the pool-wide variables are read through hostvars
         # (gpupool/render/inventory.py, POOL_WIDE).
-        self.variables._hostvars = HostVars(  # noqa: SLF001 - what TaskQueueManager sets
+        self.variables._hostvars = HostVars(  # what TaskQueueManager sets
             inventory=self.inventory, variable_manager=self.variables, loader=self.loader)
         self.hosts = list(desc.nodes)
 

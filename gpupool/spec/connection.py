@@ -190,7 +190,7 @@ def parse(data: Any, desc: Description, source: str) -> Connection:
     except ValidationError as exc:
         problems += [Problem(f"{where}.{p.path}" if p.path != "(top)" else where, p.rule,
                              p.message, p.value)
-                     for p in (loader._problem(e) for e in exc.errors())]
+                     for p in (loader._problem(e, Connection) for e in exc.errors())]
         raise DescriptionError(source, problems) from None
     problems += [Problem(f"{where}.sites.{s}", "site-exists",
                          f"no site {s} in the description (sites: {', '.join(desc.sites)})", s)
