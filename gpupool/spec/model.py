@@ -121,9 +121,10 @@ MAX_MONTHLY_BUDGET_USD = 100_000_000  # a bound: no pool's cloud side is worth m
 
 
 class Pool(Strict):
-    name: Name
+    name: Name  # The pool's name: it names the cloud resources and buckets.
+    # lab or production.
     environment: Annotated[str, StringConstraints(pattern=r"^(lab|production)$")]
-    cost_centre: CostCentre
+    cost_centre: CostCentre  # The cost centre the pool's cloud resources are billed to.
     # Home region of the pool's cloud storage (buckets, key, scratch file system).
     cloud_region: Region
     # DNS labels joined by dots: no empty label, none starting or ending with '-'.
@@ -146,10 +147,12 @@ class Pool(Strict):
 
 
 class LeafSwitch(Strict):
+    # The racks under this switch; a rack is under one switch only.
     racks: Annotated[list[Name], Field(min_length=1)]
 
 
 class Site(Strict):
+    # Leaf switch name -> the racks under it (Slurm's topology).
     leaf_switches: Annotated[dict[Name, LeafSwitch], Field(min_length=1)]
 
 
@@ -172,10 +175,13 @@ MigProfileName = Annotated[str, StringConstraints(pattern=MIG_PROFILE_RE)]
 
 
 class Gpu(Strict):
-    model: str
-    count: Annotated[Int, Field(ge=1, le=16)]
+    model: str  # The GPU model, one gpupool knows (`gpupool validate` lists them).
+    count: Annotated[Int, Field(ge=1, le=16)]  # GPUs per node.
+    # Memory per GPU, GiB: one size the model ships with.
     memory_gib: Annotated[Int, Field(ge=1, le=1024)]
-    interconnect: Interconnect = Interconnect.PCIE
+    interconnect: Interconnect = Interconnect.PCIE  # How the node's GPUs are linked to each other.
+    # How MIG devices are exposed; not none only on a MIG-capable model, and one strategy
+    # for every MIG class.
     mig_strategy: MigStrategy = MigStrategy.NONE
     # MIG profile -> instances on every GPU of the class, e.g. {"1g.10gb": 7}
     mig_profiles: dict[MigProfileName, Annotated[Int, Field(ge=1, le=7)]] = {}
@@ -188,9 +194,9 @@ class NicType(StrEnum):
 
 
 class Nic(Strict):
-    type: NicType
-    count: Annotated[Int, Field(ge=1, le=32)]
-    speed_gbps: Annotated[Int, Field(ge=1, le=3200)]
+    type: NicType  # The kind of interface.
+    count: Annotated[Int, Field(ge=1, le=32)]  # Interfaces of this kind per node.
+    speed_gbps: Annotated[Int, Field(ge=1, le=3200)]  # Each interface's speed, Gb/s.
 
 
 # An NVMe model number as the kernel reports it (/sys/block/nvme*/device/model, 40 ASCII
@@ -201,20 +207,22 @@ DEVICE_PATH_RE = r"^/dev/disk/by-(id|path)/[A-Za-z0-9][A-Za-z0-9:._-]{0,127}$"
 
 
 class Nvme(Strict):
-    count: Annotated[Int, Field(ge=0, le=32)] = 0
-    size_gib: Annotated[Int, Field(ge=0, le=1_048_576)] = 0
+    count: Annotated[Int, Field(ge=0, le=32)] = 0  # Scratch NVMe devices per node.
+    size_gib: Annotated[Int, Field(ge=0, le=1_048_576)] = 0  # Each device's size, GiB.
     # Which devices are scratch: every NVMe device of this model, or exactly these.
     model: Annotated[str, StringConstraints(pattern=NVME_MODEL_RE)] | None = None
+    # The scratch devices' stable paths (/dev/disk/by-id or by-path), one per device; or
+    # `model` instead.
     devices: list[Annotated[str, StringConstraints(pattern=DEVICE_PATH_RE)]] = []
 
 
 class NodeClass(Strict):
-    description: str = ""
-    gpu: Gpu | None = None
-    nics: list[Nic] = []
-    cpus: Annotated[Int, Field(ge=1, le=4096)]
-    memory_gib: Annotated[Int, Field(ge=1, le=65536)]
-    nvme: Nvme = Nvme()
+    description: str = ""  # Free text for people.
+    gpu: Gpu | None = None  # The class's GPUs; absent: a node without GPUs.
+    nics: list[Nic] = []  # The network interfaces, one entry per kind.
+    cpus: Annotated[Int, Field(ge=1, le=4096)]  # CPU cores per node.
+    memory_gib: Annotated[Int, Field(ge=1, le=65536)]  # Memory per node, GiB.
+    nvme: Nvme = Nvme()  # The local NVMe devices used for scratch.
 
 
 class NodeRole(StrEnum):
@@ -224,11 +232,13 @@ class NodeRole(StrEnum):
 
 
 class Node(Strict):
-    class_: str = Field(alias="class")
-    rack: str
+    class_: str = Field(alias="class")  # The node's class: a key of `node_classes`.
+    rack: str  # The node's rack: one listed under a site's leaf switch.
+    # What the node is: compute, controller, login (each once).
     roles: Annotated[list[NodeRole], Field(min_length=1)] = [NodeRole.COMPUTE]
     # The team a node was historically pinned to; the baseline policy replays that.
     owner_team: str | None = None
+    # Segment name -> the node's address in it; every node has a management address.
     addresses: Annotated[dict[str, Address], Field(min_length=1)]
 
 
@@ -238,15 +248,19 @@ class Capacity(StrEnum):
 
 
 class BurstGroup(Strict):
-    region: Region
+    region: Region  # The AWS region the group's instances run in.
+    # The zones of the region the instances may use.
     availability_zones: Annotated[list[Annotated[str, StringConstraints(
         pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9][a-z]$")]], Field(min_length=1)]
+    # EC2 instance types, in order of preference; all carry the same GPUs (model and count).
     instance_types: Annotated[list[str], Field(min_length=1)]
-    capacity: Annotated[list[Capacity], Field(min_length=1)]
+    capacity: Annotated[list[Capacity], Field(min_length=1)]  # Spot, on-demand or both (each once).
+    # Nodes always bought on demand before any spot; needs on-demand in capacity.
     on_demand_base: Annotated[Int, Field(ge=0, le=1000)] = 0
+    # The fewest nodes the group runs; at most max_nodes.
     min_nodes: Annotated[Int, Field(ge=0, le=1000)] = 0
-    max_nodes: Annotated[Int, Field(ge=0, le=1000)]
-    efa: bool = False
+    max_nodes: Annotated[Int, Field(ge=0, le=1000)]  # The most nodes the group runs at once.
+    efa: bool = False  # Give the instances EFA interfaces (every type must have EFA).
     team: str | None = None  # None: shared by every team
 
 
@@ -261,12 +275,16 @@ MAX_GPUS = 1_000_000  # a bound on any GPU count: no quota is worth more than ev
 
 
 class Team(Strict):
-    cost_centre: CostCentre
+    cost_centre: CostCentre  # The cost centre the team's usage is charged to.
+    # GPU model -> the GPUs the team is guaranteed.
     quota: Annotated[dict[str, Annotated[Int, Field(ge=0, le=MAX_GPUS)]], Field(min_length=1)]
+    # GPU model -> how many GPUs beyond its quota the team may borrow when others leave them
+    # idle.
     borrowing_limit: dict[str, Annotated[Int, Field(ge=0, le=MAX_GPUS)]] = {}
     # MIG profile -> the most instances of it the team may hold at once (Slurm GrpTRES
     # gres/gpu:<profile>); only profiles some node class offers.
     mig_quota: dict[MigProfileName, Annotated[Int, Field(ge=0, le=7 * MAX_GPUS)]] = {}
+    # Role -> the team's members (Unix user names) in that role.
     members: dict[Role, list[User]] = {}
 
 
@@ -280,8 +298,8 @@ class Ids(Strict):
     """Fixed ids: a member's uid (their own group takes it as its gid) and a team group's
     gid. Without them each host numbers accounts in the order it creates them."""
 
-    users: dict[User, UnixId] = {}
-    teams: dict[Name, UnixId] = {}
+    users: dict[User, UnixId] = {}  # Member -> uid (their own group's gid too).
+    teams: dict[Name, UnixId] = {}  # Team -> its group's gid.
 
 
 class ReclaimAction(StrEnum):
@@ -295,21 +313,30 @@ class IdleReclaim(Strict):
     requeued `warn` later if they are still idle (gpupool/onhost/idle_reclaim.py, run on
     the controller by roles/idle_reclaim from dcgm-exporter's per-job series)."""
 
-    after: Duration
-    warn: Duration = "10m"
+    after: Duration  # How long a job's GPUs must stay idle before it is warned.
+    warn: Duration = "10m"  # How long after the warning the job is ended or requeued if still idle.
+    # What is done to an idle job: cancel, or requeue (only in a class with requeue).
     action: ReclaimAction = ReclaimAction.CANCEL
+    # GPU utilization at or below which a GPU counts as idle.
     threshold_percent: Annotated[Int, Field(ge=0, le=50)] = 0
 
 
 class TaskClass(Strict):
+    # The class's priority; unique among classes.
     priority: Annotated[Int, Field(ge=1, le=1_000_000)]
-    max_runtime: Duration
-    preemptible: bool
+    max_runtime: Duration  # The longest a job of the class may run.
+    preemptible: bool  # Whether jobs of higher classes may preempt this class's jobs.
+    # How long a preempted job has to save its work before it is stopped; preemptible
+    # classes only, shorter than max_runtime.
     grace_time: Duration = "0s"
+    # Requeue a preempted job instead of cancelling it; preemptible classes only.
     requeue: bool = False
+    # The task classes whose jobs this class preempts: each preemptible and of lower
+    # priority.
     preempts: list[str] = []
+    # Reclaim the GPUs of this class's jobs that leave them idle; absent: never.
     idle_reclaim: IdleReclaim | None = None
-    description: str = ""
+    description: str = ""  # Free text for people.
 
 
 class Purpose(StrEnum):
@@ -361,9 +388,14 @@ MOUNT_OPTION_RE = r"^[a-z_][a-z0-9_]*(=[A-Za-z0-9_.,:/-]+)?$"
 
 
 class Mount(Strict):
+    # Where the tier is mounted on the nodes; unique among tiers.
     path: Annotated[str, StringConstraints(pattern=MOUNT_PATH_RE, max_length=255)]
-    fstype: FsType
+    fstype: FsType  # The file system type.
+    # What is mounted: server:/export (NFS) or nid@net:/fsname (Lustre); empty for local and
+    # object.
     source: Annotated[str, StringConstraints(pattern=MOUNT_SOURCE_RE, max_length=255)] = ""
+    # Mount options, among those gpupool allows for the fstype (such as noatime or
+    # vers=4.2), each once.
     options: list[Annotated[str, StringConstraints(pattern=MOUNT_OPTION_RE,
                                                    max_length=64)]] = []
 
@@ -387,13 +419,17 @@ class LustreClient(Strict):
     repository that has it (Whamcloud's, or a site build of lustre-release's `make debs`),
     the key that signs the repository and the version every node is pinned to."""
 
+    # The apt repository's base URL (https, or http: apt checks what it serves against the
+    # signed Release file).
     repository: Annotated[str, StringConstraints(pattern=REPO_URL_RE, max_length=512)]
+    # The repository's suite: a codename, or ./ for a flat repository.
     suite: Annotated[str, StringConstraints(pattern=APT_SUITE_RE)] = "./"
+    # The repository's components; none for a flat repository.
     components: list[Annotated[str, StringConstraints(pattern=APT_COMPONENT_RE)]] = []
     # The ASCII-armoured public key that signs the repository's Release file, over https
     # only (an air-gapped pool serves it from its own mirror's https server).
     key_url: Annotated[str, StringConstraints(pattern=KEY_URL_RE, max_length=512)]
-    version: PackageVersion
+    version: PackageVersion  # The client version every node is pinned to.
     # The client's packages, each pinned to `version`: the tools and the kernel modules
     # (DKMS here; a vendor's prebuilt modules package in its place).
     packages: Annotated[list[Annotated[str, StringConstraints(pattern=DEB_NAME_RE)]],
@@ -402,18 +438,20 @@ class LustreClient(Strict):
 
 
 class Transition(Strict):
+    # Days after an object is written that it moves; transitions come in increasing days,
+    # before retention ends.
     after_days: Annotated[Int, Field(ge=1, le=36500)]
-    temperature: Temperature
+    temperature: Temperature  # The colder temperature it moves to.
 
 
 class StorageTier(Strict):
-    purpose: Purpose
-    temperature: Temperature
-    size_tib: Annotated[Number, Field(gt=0, le=100_000)]
-    retention_days: Annotated[Int, Field(ge=1, le=36500)]
-    mount: Mount | None = None
-    versioning: bool = False
-    lifecycle: list[Transition] = []
+    purpose: Purpose  # What the tier holds.
+    temperature: Temperature  # How quickly its data must be reachable.
+    size_tib: Annotated[Number, Field(gt=0, le=100_000)]  # Its size, TiB.
+    retention_days: Annotated[Int, Field(ge=1, le=36500)]  # How many days data is kept.
+    mount: Mount | None = None  # How nodes mount it; absent: a bucket only.
+    versioning: bool = False  # Keep earlier versions of a bucket's objects.
+    lifecycle: list[Transition] = []  # When a bucket's objects move to colder storage.
     # Where the tier lives (Location). Absent: a tier without a mount is a bucket in the
     # cloud (all it can be) and a mounted tier is on-prem; a mounted tier with a cloud side
     # says so. Never inferred from a server's address: a Lustre tier served on-prem is
@@ -432,19 +470,21 @@ class StorageTier(Strict):
 
 
 class Segment(Strict):
-    cidr: Cidr
+    cidr: Cidr  # The segment's on-prem network.
+    # The segment's network in the burst VPC; required when there are burst groups.
     cloud_cidr: Cidr | None = None
-    vlan: Annotated[Int, Field(ge=1, le=4094)]
-    mtu: Annotated[Int, Field(ge=1280, le=9216)] = 1500
-    rdma: bool = False
+    vlan: Annotated[Int, Field(ge=1, le=4094)]  # The segment's VLAN id; unique among segments.
+    mtu: Annotated[Int, Field(ge=1280, le=9216)] = 1500  # The segment's MTU.
+    rdma: bool = False  # Whether the segment carries RDMA.
 
 
 class Flow(Strict):
-    from_: str = Field(alias="from")
-    to: str
-    protocol: Annotated[str, StringConstraints(pattern=r"^(tcp|udp|all)$")]
+    from_: str = Field(alias="from")  # The segment the traffic comes from.
+    to: str  # The segment it goes to.
+    protocol: Annotated[str, StringConstraints(pattern=r"^(tcp|udp|all)$")]  # tcp, udp or all.
+    # The ports allowed; required for tcp and udp.
     ports: list[Annotated[Int, Field(ge=1, le=65535)]] = []
-    description: str = ""
+    description: str = ""  # Free text for people.
 
 
 # AWS resource ids as AWS writes them: a prefix and 8 or 17 lowercase hex digits. A Direct
@@ -459,7 +499,7 @@ class Vpn(Strict):
     """A site-to-site VPN (two IPsec tunnels, BGP) to the on-prem customer gateway."""
 
     customer_gateway: Address  # the on-prem device's public IPv4 address
-    bgp_asn: Annotated[Int, Field(ge=1, le=BGP_ASN_MAX)]
+    bgp_asn: Annotated[Int, Field(ge=1, le=BGP_ASN_MAX)]  # The customer gateway's BGP ASN.
 
 
 class Egress(StrEnum):
@@ -475,8 +515,10 @@ class HybridLink(Strict):
     Transit Gateway (attached to the burst VPC) or an existing Direct Connect gateway
     (associated through a virtual private gateway)."""
 
-    vpn: Vpn | None = None
+    vpn: Vpn | None = None  # A site-to-site VPN to the on-prem customer gateway.
+    # An existing Transit Gateway's id (tgw-...).
     transit_gateway: Annotated[str, StringConstraints(pattern=TRANSIT_GATEWAY_ID_RE)] | None = None
+    # An existing Direct Connect gateway's id.
     direct_connect_gateway: Annotated[str, StringConstraints(
         pattern=DX_GATEWAY_ID_RE)] | None = None
     egress: Egress = Egress.ENDPOINTS
@@ -491,25 +533,27 @@ LINK_KINDS = ("vpn", "transit_gateway", "direct_connect_gateway")
 
 
 class Network(Strict):
+    # The networks administrators reach the pool from; never the whole internet.
     admin_cidrs: Annotated[list[Cidr], Field(min_length=1)]
+    # Segment name -> its network; training, storage and management are required.
     segments: Annotated[dict[Name, Segment], Field(min_length=1)]
-    flows: list[Flow] = []
+    flows: list[Flow] = []  # The traffic allowed between segments; anything else is refused.
     # burst region -> its hybrid link to on-prem; every region with burst groups has one.
     hybrid_links: dict[Region, HybridLink] = {}
 
 
 class Software(Strict):
-    nvidia_driver: PackageVersion
-    cuda: PackageVersion
-    container_toolkit: PackageVersion
-    dcgm: PackageVersion
+    nvidia_driver: PackageVersion  # The NVIDIA driver's version.
+    cuda: PackageVersion  # CUDA's version.
+    container_toolkit: PackageVersion  # The NVIDIA Container Toolkit's version.
+    dcgm: PackageVersion  # DCGM's version.
     # dcgm-exporter. NVIDIA pairs each exporter release with a DCGM release (container tags
     # <dcgm>-<exporter>, e.g. 3.3.9-3.6.1 and 4.2.3-4.1.3): lock the exporter built for
     # `dcgm`. Its Debian/RPM package (datacenter-gpu-manager-exporter) carries this version.
     dcgm_exporter: PackageVersion
-    nccl: PackageVersion
+    nccl: PackageVersion  # NCCL's version.
     gpu_operator: Version  # a Helm chart's version, written as NVIDIA tags it (v26.7.0)
-    slurm: PackageVersion
+    slurm: PackageVersion  # Slurm's version.
     # component (a field above) -> versions never to install (apt pins them out, so as
     # Debian writes them)
     blocklist: dict[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z_]{0,31}$")],
@@ -528,7 +572,7 @@ class Health(Strict):
     """The health loop: every compute node gates itself at the quick tier from a timer
     (gpupool/gate/health.py, installed by roles/acceptance_gate) and acts on the verdict."""
 
-    interval: Duration = "10m"
+    interval: Duration = "10m"  # How often each node gates itself.
     reset: HealthStep = HealthStep.ACT
     reboot: HealthStep = HealthStep.ACT
     # How long a drained node's jobs may run before they are requeued (or, where they
@@ -537,7 +581,7 @@ class Health(Strict):
     # This many failures of one check within the window isolate the node: the few cards
     # that cause most failures are kept out instead of being reset again and again.
     isolate_after: Annotated[Int, Field(ge=1, le=100)] = 3
-    window: Duration = "24h"
+    window: Duration = "24h"  # The window in which isolate_after failures isolate a node.
 
 
 class Backup(Strict):
@@ -548,8 +592,8 @@ class Backup(Strict):
     # The storage tier whose bucket holds them. Its objects must stay retrievable at once
     # for as long as backups are kept: a restore does not wait hours on Deep Archive.
     tier: Name
-    interval: Duration = "6h"
-    keep: Annotated[Int, Field(ge=1, le=1000)] = 28
+    interval: Duration = "6h"  # How often a backup is taken (10 minutes to 7 days).
+    keep: Annotated[Int, Field(ge=1, le=1000)] = 28  # How many backups are kept.
 
 
 class Failover(Strict):
@@ -577,29 +621,40 @@ class Kubernetes(Strict):
     and etcd; every compute node and burst node is a worker. Absent: no cluster."""
 
     cni: Cni
+    # The nodes (keys of `nodes`) that run the control plane, each once.
     control_plane: Annotated[list[str], Field(min_length=1)]
 
 
 class Description(Strict):
     """A whole pool. `version` is the schema version, for migrations."""
 
-    version: Annotated[Int, Field(ge=1, le=1)]
-    pool: Pool
+    version: Annotated[Int, Field(ge=1, le=1)]  # The schema version of the description: 1.
+    pool: Pool  # The pool's identity and its pool-wide settings.
+    # The on-prem sites: site name -> its leaf switches and racks.
     sites: Annotated[dict[Name, Site], Field(min_length=1)]
+    # The kinds of on-prem node: class name -> its hardware.
     node_classes: Annotated[dict[Name, NodeClass], Field(min_length=1)]
+    # The on-prem nodes: node name (its host name) -> class, rack, roles and addresses.
     nodes: Annotated[dict[Name, Node], Field(min_length=1)]
+    # Cloud capacity the pool bursts into: group name -> its instances.
     burst_groups: dict[Name, BurstGroup] = {}
+    # The teams that share the pool: team name -> quotas and members.
     teams: Annotated[dict[Name, Team], Field(min_length=1)]
+    # The kinds of job: class name -> priority, limits and preemption.
     task_classes: Annotated[dict[Name, TaskClass], Field(min_length=1)]
+    # The storage tiers: tier name -> purpose, size, retention and where it lives.
     storage_tiers: Annotated[dict[Name, StorageTier], Field(min_length=1)]
+    # Where the Lustre client comes from; needed when a tier mounts Lustre.
     lustre_client: LustreClient | None = None
+    # The network segments, the flows allowed between them and the burst regions' links to
+    # on-prem.
     network: Network
-    software: Software
-    kubernetes: Kubernetes | None = None
-    health: Health = Health()
-    backup: Backup | None = None
-    failover: Failover | None = None
-    ids: Ids = Ids()
+    software: Software  # The exact version of every component installed.
+    kubernetes: Kubernetes | None = None  # A Kubernetes cluster over the pool's nodes.
+    health: Health = Health()  # The health loop on every compute node.
+    backup: Backup | None = None  # Backups of the Slurm controller.
+    failover: Failover | None = None  # A backup Slurm controller.
+    ids: Ids = Ids()  # Fixed Unix ids of members and team groups.
     # Where the description was read from (set by the loader), for tools run later that
     # must read the same file (the gate run by the admission role).
     _source: Path | None = PrivateAttr(default=None)

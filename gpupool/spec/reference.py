@@ -5,8 +5,8 @@ descriptions against, and a Markdown page of every section and field.
 Both are written from the model alone, so they cannot drift from what the loader accepts:
 the schema's keys are the YAML keys (`class`, `from`: the fields' aliases), its required
 fields and bounds are the model's, and every section refuses a key it does not know. A
-field's description is the comment the model gives it (above it or after it; for a field
-it leaves uncommented, field_notes.UNSAID's), a section's its class's docstring.
+field's description is the comment the model gives it (above it or after it), a section's
+its class's docstring.
 
 The schema types each value; the loader's relational rules (gpupool/spec/rules.py: a node's
 class exists, addresses lie in their segments, ...) are `gpupool validate`'s alone.
@@ -29,7 +29,6 @@ from pydantic.json_schema import GenerateJsonSchema
 
 from gpupool.paths import DATA, PROJECT_ROOT
 from gpupool.spec import loader, model
-from gpupool.spec.field_notes import UNSAID
 from gpupool.spec.model import Description
 
 SCHEMA_FILE = DATA / "description-schema" / "description.schema.json"
@@ -112,7 +111,7 @@ def schema() -> dict[str, Any]:
     """The JSON Schema of a pool description file."""
     raw = Description.model_json_schema(by_alias=True, schema_generator=_Generator)
     _key_patterns(raw)
-    notes = UNSAID | _notes()
+    notes = _notes()
     defs: dict[str, Any] = raw.pop("$defs")
     classes = {name: getattr(model, name) for name in [*defs, Description.__name__]}
     for name, node in [*defs.items(), (Description.__name__, raw)]:
