@@ -9,7 +9,7 @@ program declares.
 `preload()` gives each such package a module whose `__init__` has not run, holding the
 program's modules (and what they import, the package's shared input and output types),
 their names copied in as the package's `from .vpc import *` would. Reading any other name
-from it (a new component, `gpupool.render.cloud`'s tag lookup of another type, a test)
+from it (a new component, `gpupool.preview.aws_types`' tag lookup of another type, a test)
 completes the package: its `__init__` runs then, into the same module object, so classes
 keep their identity. A package already loaded is used as it is.
 """

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from gpupool.preview.aws_types import aws_taggable
 from gpupool.render import cloud
 from gpupool.render.lab_controls import weakened
 from gpupool.spec.model import Description
@@ -20,7 +21,7 @@ SECRET_VALUE = re.compile(r"(AKIA[0-9A-Z]{16}|-----BEGIN [A-Z ]*PRIVATE KEY-----
 def taggable(r: Res) -> bool:
     if r.type.startswith("kubernetes:"):
         return "metadata" in r.props
-    return cloud.aws_taggable(r.type)
+    return aws_taggable(r.type)
 
 
 @resource_policy("hygiene-cost-tags", "hygiene", Level.MANDATORY,

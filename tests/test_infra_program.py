@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from gpupool.preview import pulumi_mock
+from gpupool.preview.aws_types import aws_taggable
 from gpupool.render import cloud
 from gpupool.render.k8s_objects import GPU_RESOURCE, kueue_preemption_pairs, manifests, object_key
 from gpupool.render.scheduling import class_policies, preemption_pairs, team_quotas
@@ -53,7 +54,7 @@ def test_taggable_resources_carry_pool_team_and_cost_centre(stack: str) -> None:
         if r.type.startswith("kubernetes:"):
             tags = {k.removeprefix(cloud.LABEL_PREFIX): v
                     for k, v in r.inputs["metadata"]["labels"].items()}
-        elif cloud.aws_taggable(r.type):
+        elif aws_taggable(r.type):
             tags = r.inputs.get("tags")
             if isinstance(tags, list):  # autoscaling groups list their tags
                 tags = {t["key"]: t["value"] for t in tags}

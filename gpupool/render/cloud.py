@@ -6,9 +6,6 @@ against them, so both read one derivation of the description.
 
 from __future__ import annotations
 
-import functools
-import importlib
-import inspect
 import ipaddress
 import json
 import math
@@ -74,20 +71,6 @@ def tags(desc: Description, team: str | None = None, **extra: str) -> dict[str, 
     cost = desc.teams[team].cost_centre if team else desc.pool.cost_centre
     return {TAG_POOL: desc.pool.name, TAG_TEAM: team or SHARED, TAG_COST_CENTRE: cost,
             **extra}
-
-
-@functools.cache
-def aws_taggable(type_token: str) -> bool:
-    """Whether an AWS resource type takes tags: its pulumi_aws class has a tags argument.
-
-    'aws:ec2/vpc:Vpc' -> pulumi_aws.ec2.Vpc; providers and other packages are not AWS
-    resources."""
-    pkg, _, rest = type_token.partition(":")
-    if pkg != "aws" or ":" not in rest:
-        return False
-    module, _, cls = rest.partition(":")
-    klass = getattr(importlib.import_module(f"pulumi_aws.{module.split('/')[0]}"), cls)
-    return "tags" in inspect.signature(klass._internal_init).parameters
 
 
 def labels(desc: Description, team: str | None = None) -> dict[str, str]:
