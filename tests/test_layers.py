@@ -35,7 +35,7 @@ OURS = {*FOLDERS, "tests", "roles"}
 # reads a file of gpupool's (spec's catalogue and loader, render's prices, the lab, the
 # gate's bundle) may import it without importing the description's loader; onhost and
 # workload need no file of gpupool's and do not. docs/architecture.md's table has it as
-# its bottom row; test_the_documented_table_matches_allowed compares the rest.
+# its first (lowest) row; test_the_documented_table_matches_allowed compares the rest.
 ALLOWED: dict[str, set[str]] = {
     "paths": set(),
     "onhost": set(),
@@ -289,7 +289,7 @@ def test_every_dynamic_import_names_what_it_loads() -> None:
 
 def test_the_documented_table_matches_allowed() -> None:
     """docs/architecture.md's layer table says what ALLOWED says (paths aside: its own
-    row at the bottom, and ALLOWED's comment says who imports it)."""
+    first row, and ALLOWED's comment says who imports it)."""
     text = (ROOT / "docs" / "architecture.md").read_text()
     table = text.split("## The package's layers", 1)[1]
     rows = [[c.strip() for c in line.strip("|").split("|")]
