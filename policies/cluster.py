@@ -11,6 +11,7 @@ from typing import Any
 from gpupool.render.cloud import LABEL_PREFIX, TAG_TEAM
 from gpupool.render.k8s_objects import GPU_RESOURCE, POD_SECURITY_LABELS
 from gpupool.render.node_labels import LABEL_CAPACITY, LABEL_MODEL
+from gpupool.render.scheduling import team_shares
 from gpupool.spec.facts import gpu_capacity
 from gpupool.spec.model import VERSION_RE, Description
 from policies.core import Level, Res, Stack, resource_policy, stack_policy
@@ -164,13 +165,14 @@ def secrets_in_namespace(stack: Stack, desc: Description) -> Iterator[tuple[str 
               "no queue lets a team hold more than its quota plus declared borrowing.")
 def quota_capacity(stack: Stack, desc: Description) -> Iterator[tuple[str | None, str]]:
     capacity = gpu_capacity(desc)
+    shares = team_shares(desc)
     flavors: dict[str, tuple[str, str]] = {}
     for f in stack.of_type(KUEUE_FLAVOR):
         labels = (f.props.get("spec") or {}).get("nodeLabels") or {}
         flavors[_meta(f).get("name")] = (labels.get(LABEL_MODEL), labels.get(LABEL_CAPACITY))
     nominal: dict[str, int] = defaultdict(int)
     for cq in stack.of_type(KUEUE_CLUSTER_QUEUE):
-        team = desc.teams.get((_meta(cq).get("labels") or {}).get(LABEL_PREFIX + TAG_TEAM, ""))
+        share = shares.get((_meta(cq).get("labels") or {}).get(LABEL_PREFIX + TAG_TEAM, ""))
         for group in (cq.props.get("spec") or {}).get("resourceGroups") or []:
             for fq in group.get("flavors") or []:
                 name = fq.get("name")
@@ -187,8 +189,7 @@ def quota_capacity(stack: Stack, desc: Description) -> Iterator[tuple[str | None
                     if n + b > gpus:
                         yield cq.urn, (f"flavor {name}: nominal {n} + borrowing {b} exceeds "
                                        f"its {gpus} GPUs")
-                    ceiling = (team.quota.get(model or "", 0)
-                               + team.borrowing_limit.get(model or "", 0)) if team else 0
+                    ceiling = share.ceiling_of(model or "") if share else 0
                     if n + b > ceiling:
                         yield cq.urn, (f"flavor {name}: nominal {n} + borrowing {b} exceeds "
                                        f"the {ceiling} {model} GPUs the team may hold")

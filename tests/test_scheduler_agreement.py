@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import pytest
 
-from gpupool.render import k8s_objects, node_labels, slurm
+from gpupool.render import k8s_objects, node_labels, scheduling, slurm
 from gpupool.spec import loader
 
 STACKS = ["lab", "example"]
@@ -33,15 +33,18 @@ def test_class_priorities_agree(stack):
     assert tiers == wpc == qos
 
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_team_quotas_agree(stack):
-    desc = loader.load_stack(stack)
+def team_read_back(desc):
+    """Each team as both renderings state it: Kueue's nominal GPUs per model (ClusterQueues
+    through their flavors), fairSharing weights and namespace ceiling; Slurm's fairshare
+    shares and GrpTRES of its account."""
     kobjs, objs = kueue(desc)
     k_nominal: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    k_weight: dict[str, set[int]] = defaultdict(set)
     model_of = {o["metadata"]["name"]: o["spec"]["nodeLabels"][node_labels.LABEL_MODEL]
                 for o in kobjs if o["kind"] == "ResourceFlavor"}
     for cq in (o for o in kobjs if o["kind"] == "ClusterQueue"):
         team = cq["metadata"]["name"].removesuffix("-preemptible")
+        k_weight[team].add(cq["spec"]["fairSharing"]["weight"])
         for group in cq["spec"]["resourceGroups"]:
             for flavor in group["flavors"]:
                 for res in flavor["resources"]:
@@ -52,6 +55,13 @@ def test_team_quotas_agree(stack):
     s_fairshare = {a["name"]: a["Fairshare"] for a in acct["accounts"]}
     s_limits = {lim["account"]: dict(kv.split("=") for kv in lim["GrpTRES"].split(","))
                 for lim in acct["limits"]}
+    return k_nominal, k_weight, k_ceiling, s_fairshare, s_limits
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_team_quotas_agree(stack):
+    desc = loader.load_stack(stack)
+    k_nominal, _, k_ceiling, s_fairshare, s_limits = team_read_back(desc)
     assert set(k_nominal) == set(s_limits) == set(desc.teams)
     for team, models in k_nominal.items():
         # Guaranteed GPUs: Kueue's nominal quota is Slurm's fairshare share.
@@ -62,6 +72,26 @@ def test_team_quotas_agree(stack):
             assert nominal == desc.teams[team].quota[model]
             assert int(s_limits[team][f"gres/gpu:{model}"]) == (
                 nominal + desc.teams[team].borrowing_limit.get(model, 0))
+
+
+@pytest.mark.parametrize("stack", loader.stacks())
+def test_each_teams_share_agrees(stack):
+    """Issue 55: every shipped stack's Kueue objects and Slurm accounts give each team the
+    share scheduling.team_share states: one fair-share weight on all its ClusterQueues
+    equal to its account's fairshare shares, its nominal GPUs per model, its ceiling
+    (Slurm's gres/gpu adds the MIG instances its MIG quota allows) and per-model caps."""
+    desc = loader.load_stack(stack)
+    shares = scheduling.team_shares(desc)
+    k_nominal, k_weight, k_ceiling, s_fairshare, s_limits = team_read_back(desc)
+    assert set(shares) == set(k_weight) == set(s_fairshare) == set(k_ceiling) == set(desc.teams)
+    for team, share in shares.items():
+        assert k_weight[team] == {s_fairshare[team]} == {share.fair_share}, team
+        assert share.fair_share == max(1, sum(k_nominal[team].values())), team
+        assert dict(k_nominal[team]) == {q.model: q.nominal for q in share.quotas}, team
+        assert k_ceiling[team] == share.ceiling, team
+        assert int(s_limits[team]["gres/gpu"]) == share.ceiling + sum(n for _, n in share.mig)
+        for q in share.quotas:
+            assert int(s_limits[team][f"gres/gpu:{q.model}"]) == q.nominal + q.borrowing
 
 
 def slurm_preemption(desc):

@@ -13,7 +13,7 @@ from typing import Any
 
 from gpupool.render.cloud import LABEL_PREFIX, labels, onprem_sources
 from gpupool.render.node_labels import LABEL_CAPACITY, ONPREM, flavor_labels, flavor_taints
-from gpupool.render.scheduling import class_policies, preemption_pairs, team_quotas
+from gpupool.render.scheduling import class_policies, preemption_pairs, team_quotas, team_share
 from gpupool.spec.catalog import INSTANCE_TYPES
 from gpupool.spec.facts import CAPACITY_TYPES, gpu_capacity, preemption_kueue_expressible
 from gpupool.spec.model import Description, NodeRole
@@ -199,11 +199,11 @@ def team_objects(desc: Description, team: str,
     """pool: flavor_quotas(desc) and per_gpu_share(desc), which look at every team and
     node, computed once for all teams by manifests() (else here)."""
     t = desc.teams[team]
+    share = team_share(desc, team)
     all_quotas, (cpu, mem) = pool or (flavor_quotas(desc), per_gpu_share(desc))
     quotas = all_quotas[team]
-    ceiling = sum(t.quota.values()) + sum(t.borrowing_limit.values())
-    max_gpus = max(gpus_per_node(desc, m) for m in t.quota)
-    per_model = ",".join(f"{m}={n}+{t.borrowing_limit.get(m, 0)}" for m, n in t.quota.items())
+    max_gpus = max(gpus_per_node(desc, q.model) for q in share.quotas)
+    per_model = ",".join(f"{q.model}={q.nominal}+{q.borrowing}" for q in share.quotas)
     ns_meta = _meta(desc, team, team)
     ns_meta["labels"] |= POD_SECURITY_LABELS
     out: list[Manifest] = [
@@ -213,7 +213,7 @@ def team_objects(desc: Description, team: str,
                       "annotations": {LABEL_PREFIX + "gpu-quota": per_model}},
          # All GPU models share one resource name; Kueue flavors account per model, this
          # caps the namespace at its nominal plus borrowing whatever the scheduler does.
-         "spec": {"hard": {f"requests.{GPU_RESOURCE}": str(ceiling)}}},
+         "spec": {"hard": {f"requests.{GPU_RESOURCE}": str(share.ceiling)}}},
         {"apiVersion": "v1", "kind": "LimitRange",
          "metadata": _meta(desc, "defaults", team, team),
          "spec": {"limits": [{"type": "Container",
@@ -284,15 +284,10 @@ def _preemption(reclaim: bool) -> dict[str, Any]:
             "borrowWithinCohort": {"policy": "Never"}}
 
 
-def fair_share(desc: Description, team: str) -> int:
-    """A team's weight when competing for idle GPUs: its nominal GPUs, as Slurm's
-    fairshare shares (at least 1: a zero weight never wins in either scheduler)."""
-    return max(1, sum(desc.teams[team].quota.values()))  # its rows of team_quotas(desc)
-
-
 def cluster_queues(desc: Description, team: str,
                    quotas: dict[str, list[FlavorQuota]]) -> list[Manifest]:
     reclaim = bool(kueue_preemption_pairs(desc))
+    weight = team_share(desc, team).fair_share
 
     def queue(name: str, flavors: list[dict[str, Any]], may_reclaim: bool) -> Manifest:
         return {"apiVersion": KUEUE_API, "kind": "ClusterQueue",
@@ -304,7 +299,7 @@ def cluster_queues(desc: Description, team: str,
                          "preemption": _preemption(may_reclaim),
                          # Slurm's fairshare shares of the team's account (slurm.accounting):
                          # only used where Kueue's configuration enables fair sharing.
-                         "fairSharing": {"weight": fair_share(desc, team)},
+                         "fairSharing": {"weight": weight},
                          # One group: every model is the same resource name, one flavor each.
                          "resourceGroups": [{"coveredResources": [GPU_RESOURCE],
                                              "flavors": flavors}]}}

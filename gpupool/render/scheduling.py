@@ -2,7 +2,10 @@
 
 Slurm (accounts, QOS, partitions) and Kueue (ClusterQueues, WorkloadPriorityClasses) are
 both rendered from these objects, never from the description directly, so the two can
-be checked to agree.
+be checked to agree. team_share is the one reader of a team's quota, borrowing limit and
+MIG quota, and TeamShare.fair_share the one statement of the fair-share formula; every
+renderer, Pulumi component and policy takes them from here
+(tests/test_quota_owner.py holds them to it).
 """
 
 from __future__ import annotations
@@ -41,9 +44,59 @@ def class_policies(desc: Description) -> list[ClassPolicy]:
         key=lambda c: -c.priority)
 
 
+@dataclass(frozen=True)
+class TeamShare:
+    """One team's claim on the pool, as every scheduler grants it."""
+    team: str
+    quotas: tuple[TeamQuota, ...]  # one per GPU model it has a quota for, description order
+    mig: tuple[tuple[str, int], ...]  # (MIG profile, instances), by profile
+
+    @property
+    def nominal(self) -> int:
+        """GPUs guaranteed to the team, every model together."""
+        return sum(q.nominal for q in self.quotas)
+
+    @property
+    def ceiling(self) -> int:
+        """The most GPUs the team may hold at once: nominal plus borrowing, every model."""
+        return sum(q.nominal + q.borrowing for q in self.quotas)
+
+    @property
+    def fair_share(self) -> int:
+        """The team's weight when competing for idle GPUs: Slurm's fairshare shares of its
+        account and Kueue's fairSharing weight of its ClusterQueues. Its nominal GPUs, at
+        least 1 (a zero weight never wins in either scheduler)."""
+        return max(1, self.nominal)
+
+    def ceiling_of(self, model: str) -> int:
+        """The most GPUs of one model the team may hold at once (0 without a quota)."""
+        return sum(q.nominal + q.borrowing for q in self.quotas if q.model == model)
+
+    def nominal_of(self, model: str) -> int:
+        return sum(q.nominal for q in self.quotas if q.model == model)
+
+    def borrowing_of(self, model: str) -> int:
+        return sum(q.borrowing for q in self.quotas if q.model == model)
+
+
+def team_share(desc: Description, team: str) -> TeamShare:
+    """The one place a team's quotas are read from the description (a borrowing limit
+    names only models the team has a quota for: rule borrowing-needs-quota)."""
+    t = desc.teams[team]
+    return TeamShare(team,
+                     tuple(TeamQuota(team, model, gpus, t.borrowing_limit.get(model, 0))
+                           for model, gpus in t.quota.items()),
+                     tuple(sorted(t.mig_quota.items())))
+
+
+def team_shares(desc: Description) -> dict[str, TeamShare]:
+    """Every team's share, in description order."""
+    return {team: team_share(desc, team) for team in desc.teams}
+
+
 def team_quotas(desc: Description) -> list[TeamQuota]:
-    return [TeamQuota(team, model, gpus, t.borrowing_limit.get(model, 0))
-            for team, t in desc.teams.items() for model, gpus in t.quota.items()]
+    """Every team's rows, teams and models in description order."""
+    return [q for team in desc.teams for q in team_share(desc, team).quotas]
 
 
 def preemption_pairs(desc: Description) -> set[tuple[str, str]]:

@@ -31,7 +31,7 @@ from typing import Any
 
 from gpupool.render import cloud
 from gpupool.render.cloud import controller_addresses
-from gpupool.render.scheduling import ClassPolicy, class_policies, preemption_pairs, team_quotas
+from gpupool.render.scheduling import ClassPolicy, class_policies, preemption_pairs, team_share
 from gpupool.spec import gpu_detection as gpu_detection_spec
 from gpupool.spec.catalog import BURST_SEGMENT, SLURM_MAX_PRIORITY_TIER, SRUN_PORTS
 from gpupool.spec.facts import (
@@ -465,19 +465,17 @@ def accounting(desc: Description) -> dict[str, Any]:
     `limits` are applied only after slurmctld has registered the TRES they name.
     """
     classes = class_policies(desc)
-    quotas = team_quotas(desc)
     qos = [{"name": c.name, "Priority": c.priority, "MaxWall": time_limit(c.max_runtime_s)}
            for c in classes]
     accounts, limits = [], []
     for team, t in desc.teams.items():
-        mine = [q for q in quotas if q.team == team]
+        share = team_share(desc, team)
         accounts.append({"name": team, "Organization": t.cost_centre,
-                         "Description": f"team {team}",
-                         "Fairshare": max(1, sum(q.nominal for q in mine))})
-        caps = {f"gres/gpu:{q.model}": q.nominal + q.borrowing for q in mine}
+                         "Description": f"team {team}", "Fairshare": share.fair_share})
+        caps = {f"gres/gpu:{q.model}": q.nominal + q.borrowing for q in share.quotas}
         # A MIG quota caps instances of a profile; each instance counts as one gres/gpu,
         # so the team's total grows by it. Profiles without one are bounded by the total.
-        caps |= {f"gres/gpu:{p}": n for p, n in sorted(t.mig_quota.items())}
+        caps |= {f"gres/gpu:{p}": n for p, n in share.mig}
         grp = {"gres/gpu": sum(caps.values()), **caps}
         limits.append({"account": team,
                        "GrpTRES": ",".join(f"{k}={v}" for k, v in grp.items())})

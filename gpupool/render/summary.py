@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from gpupool.render.scheduling import team_share
 from gpupool.spec.facts import CAPACITY_TYPES, gpu_capacity, node_class
 from gpupool.spec.model import Description, duration_seconds
 
@@ -25,9 +26,10 @@ def summarize(desc: Description) -> dict[str, Any]:
     models = list(cap)
     quotas = []
     for team, t in desc.teams.items():
+        share = team_share(desc, team)
         quotas.append({"team": team, "cost_centre": t.cost_centre,
-                       "quota": {m: t.quota.get(m, 0) for m in models},
-                       "borrowing_limit": {m: t.borrowing_limit.get(m, 0) for m in models},
+                       "quota": {m: share.nominal_of(m) for m in models},
+                       "borrowing_limit": {m: share.borrowing_of(m) for m in models},
                        "members": sum(len(u) for u in t.members.values())})
     quota_totals = {m: sum(q["quota"][m] for q in quotas) for m in models}
 
