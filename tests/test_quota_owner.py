@@ -14,7 +14,8 @@ from tests.conftest import ROOT
 
 # The description's quota fields (gpupool/spec/model.py, Team).
 QUOTA_FIELDS = {"quota", "borrowing_limit", "mig_quota"}
-SCANNED = ("gpupool/render", "infra", "policies")
+SCANNED = ("gpupool/render", "gpupool/cli", "gpupool/workload", "gpupool/exercise", "gpupool/lab",
+           "gpupool/preview", "infra", "policies")
 # The one module allowed to read them.
 OWNERS = {"gpupool/render/scheduling.py"}
 

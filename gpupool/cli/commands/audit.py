@@ -12,6 +12,7 @@ from rich.markup import escape
 from gpupool.cli.numbers import non_negative_float, percentile
 from gpupool.cli.output import EXIT_OK, UsageError, emit_json, out, project_cache
 from gpupool.cli.registry import command
+from gpupool.render import scheduling
 from gpupool.spec.facts import gpu_capacity
 from gpupool.spec.model import Description
 from gpupool.workload import audit
@@ -93,7 +94,7 @@ def cmd_audit(args: argparse.Namespace, desc: Description) -> int:
     summary = history.summary()
     if not jobs:
         raise UsageError(" ".join(["no GPU jobs in the input;", *_dropped_lines(summary)]))
-    total_quota = {t: sum(team.quota.values()) for t, team in desc.teams.items()}
+    total_quota = {t: share.nominal for t, share in scheduling.team_shares(desc).items()}
     with out.status(f"auditing {len(jobs)} jobs"):
         report = audit.audit(jobs, args.wait_target, total_quota, args.wait_percentile,
                              capacity)
