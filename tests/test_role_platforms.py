@@ -1,0 +1,47 @@
+"""Every role claims exactly the releases it is proven on, and so does the gate, so a claim
+cannot creep back. PROVEN is the one place that says what is proven, and why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpupool.gate.suites import test_system as system_suite
+from gpupool.lab import hosts
+
+ROOT = Path(__file__).resolve().parents[1]
+ROLES = sorted(p.parent.parent for p in (ROOT / "roles").glob("*/meta/main.yml"))
+
+# What is proven, as a role's meta platforms names it. Every lab host is a Debian 12
+# (bookworm) image (gpupool/lab/hosts.py, SUITE) on which `make lab` converges every role
+# and gates every node, and the lab builds and boots the burst image from it (the cloud
+# build names Debian 12's AMI but has never run on AWS). Debian 13 (trixie) only hosts the
+# unit tests on CPython 3.13 (tests/test_newer_python.py): no role converges and no gate
+# runs there. No Ubuntu, RHEL or other host is reachable from this machine, so nothing else
+# is claimed.
+PROVEN = [{"name": "Debian", "versions": ["bookworm"]}]
+# The same release as the gate names it: os-release's ID and VERSION_ID's major.
+PROVEN_OS_RELEASE = {("debian", "12")}
+
+
+def test_the_lab_is_the_proven_release() -> None:
+    assert [{"name": "Debian", "versions": [hosts.SUITE]}] == PROVEN
+
+
+@pytest.mark.parametrize("role", ROLES, ids=[r.name for r in ROLES])
+def test_role_platforms_are_the_proven_releases(role: Path) -> None:
+    meta = yaml.safe_load((role / "meta" / "main.yml").read_text())
+    assert meta["galaxy_info"]["platforms"] == PROVEN
+
+
+@pytest.mark.parametrize("role", ROLES, ids=[r.name for r in ROLES])
+def test_no_per_os_vars_beyond_the_proven_family(role: Path) -> None:
+    """Roles load vars/<os_family>.yml: one for Debian, none for a family nothing proves."""
+    per_os = {p.stem for p in (role / "vars").glob("*.yml")} - {"main"}
+    assert per_os <= {"Debian"}, sorted(per_os)
+
+
+def test_the_gate_admits_the_proven_releases_only() -> None:
+    assert set(system_suite.SUPPORTED_OS) == PROVEN_OS_RELEASE
