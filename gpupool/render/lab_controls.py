@@ -55,8 +55,10 @@ def weakened(desc: Description) -> list[Weakened]:
                  _slurm_confinement()),
         Weakened("fixture-gpus", "gpupool/render/slurm.py (fixture_gpu_devices, gres_conf)",
                  f"{sum(slurm.fixture_gpu_devices(desc).values())} GPUs are FIXTURE character "
-                 "devices (mode 0666, any user opens them) listed in gres.conf without "
-                 "AutoDetect=nvml: nothing checks that a GPU is real, its model or its health"),
+                 "devices listed in gres.conf without AutoDetect=nvml (mode 0666, but the "
+                 "lab host's own device cgroup refuses every open: EPERM): nothing checks "
+                 "that a GPU is real, its model or its health, nor that a job opens only "
+                 "its own (docs/lab-limits.md)"),
         Weakened("gate-gpu-checks", "gpupool/gate/suites/test_gpu.py (expect.lab)",
                  "the acceptance gate skips the loaded-driver check on a host without GPUs and "
                  "reads XIDs from a fixture kernel log: a node is admitted with no GPU proven"),
