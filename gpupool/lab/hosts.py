@@ -456,19 +456,31 @@ def shared_mounts(desc: Description) -> list[str]:
     return args
 
 
+# What every lab host runs with, whatever its node: systemd as PID 1, and these privileges.
+HOST_SYSTEMD = "--systemd=always"
+HOST_PRIVILEGES = (
+    # NET_ADMIN acts on the host's own network namespace only (nftables, net.*);
+    # /proc/sys is unmasked so the hardening role can apply net.* sysctls.
+    "--cap-add", "NET_ADMIN", "--security-opt", "unmask=/proc/sys",
+    # Root on a real node holds every capability; the checkpoint-age collector's unit
+    # keeps these two (role storage), which podman's default set lacks.
+    "--cap-add", "SYS_PTRACE", "--cap-add", "DAC_READ_SEARCH",
+)
+
+
+def base_host_args() -> list[str]:
+    """podman create's arguments that every lab host has, whatever its node and lab
+    (_create_args adds the node's name, networks and mounts)."""
+    return [HOST_SYSTEMD, *HOST_PRIVILEGES]
+
+
 def _create_args(desc: Description, node: str, image: str) -> list[str]:
     """podman create's arguments for a node's host, less its name and labels."""
     nets = [a for seg, addr in desc.nodes[node].addresses.items()
             for a in ("--network", f"{network_name(desc, seg)}:ip={addr}")]
     hosts = [a for n, other in desc.nodes.items()
              for a in ("--add-host", f"{n}:{other.addresses['management']}")]
-    return ["--hostname", node, "--systemd=always", *nets, *hosts,
-            # NET_ADMIN acts on the host's own network namespace only (nftables, net.*);
-            # /proc/sys is unmasked so the hardening role can apply net.* sysctls.
-            "--cap-add", "NET_ADMIN", "--security-opt", "unmask=/proc/sys",
-            # Root on a real node holds every capability; the checkpoint-age collector's unit
-            # keeps these two (role storage), which podman's default set lacks.
-            "--cap-add", "SYS_PTRACE", "--cap-add", "DAC_READ_SEARCH",
+    return ["--hostname", node, HOST_SYSTEMD, *nets, *hosts, *HOST_PRIVILEGES,
             "-v", f"{key_path(desc)}.pub:/root/.ssh/authorized_keys:ro",
             "-v", f"{mirror_dir(desc)}:{MIRROR_MOUNT}:ro",
             *shared_mounts(desc),
