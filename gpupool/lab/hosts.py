@@ -413,10 +413,13 @@ def record_host_key(desc: Description, node: str) -> None:
 
 
 def ssh_args(desc: Description) -> list[str]:
+    # Three tries at a connection (ssh waits a second between them): on the 2-core lab a
+    # host busy with a drill can miss one 5 s connect, and one lost SYN then failed a whole
+    # health-check round (CI at 14b11ee). Bounded: at most 3 x 5 s plus 2 s.
     return ["-i", str(key_path(desc)), "-o", "StrictHostKeyChecking=yes",
             "-o", f"UserKnownHostsFile={known_hosts_path(desc)}",
             "-o", f"HostKeyAlgorithms={HOST_KEY_TYPE}", "-o", "LogLevel=ERROR",
-            "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
+            "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "ConnectionAttempts=3"]
 
 
 def ensure_networks(desc: Description) -> dict[str, str]:
