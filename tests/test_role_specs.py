@@ -36,3 +36,155 @@ def test_every_default_is_documented_with_its_value(role: Path) -> None:
         text = opt.get("description")
         text = " ".join(text) if isinstance(text, list) else (text or "")
         assert text.strip() and text.strip().lower() != name.replace("_", " "), name
+
+
+# --- one owner per shared value ----------------------------------------------------------
+# A path or a port typed as a literal in more than one role is one host fact with several
+# owners (issue 55). Such a value belongs to role pool_defaults, the roles reading it
+# default their own option to it (tests/test_pool_defaults.py). Listed here, with the roles
+# typing it, are the values still typed more than once, and why.
+SHARED_LITERALS: dict[object, tuple[set[str], str]] = {
+    "/var/lib/prometheus/node-exporter": (
+        {"node_exporter", "pool_defaults"},
+        "tests/test_burst_boot.py reads node_exporter's literal into the image's ARGS line"),
+    9090: ({"monitoring", "pool_defaults"},
+           "tests/test_monitoring_web.py renders prometheus.yml from monitoring's literals"),
+    9815: ({"monitoring", "pool_defaults"},
+           "tests/test_monitoring_web.py renders prometheus.yml from monitoring's literals"),
+    9100: ({"monitoring", "node_exporter"},
+           "tests/test_dcgm.py compares both literals with gpupool.spec.catalog's port"),
+    9400: ({"dcgm", "monitoring"},
+           "tests/test_dcgm.py compares both literals with gpupool.spec.catalog's port"),
+    "/etc/prometheus/web/password": (
+        {"idle_reclaim", "monitoring"},
+        "tests/test_monitoring.py and test_monitoring_web.py read both roles' literals"),
+    "/etc/prometheus/web/tls.crt": (
+        {"idle_reclaim", "monitoring"},
+        "tests/test_monitoring.py and test_monitoring_web.py read both roles' literals"),
+    # Debian's own layout, not a choice of the pool: each role names it beside the other
+    # facts of the OS family it loads (vars/Debian.yml).
+    "/usr/bin/python3": (
+        {"acceptance_gate", "controller_backup", "idle_reclaim", "slurm", "slurm_exporter"},
+        "Debian's python3, a fact of the OS family"),
+    "/etc/systemd/system": (
+        {"acceptance_gate", "controller_backup", "idle_reclaim", "slurm_exporter", "storage"},
+        "systemd's unit directory, a fact of the OS family"),
+    "/etc/tmpfiles.d": ({"dcgm", "slurm"},
+                        "systemd's tmpfiles directory, a fact of the OS family"),
+    "/etc/apt/keyrings": ({"nvidia_repo", "storage"},
+                          "APT's keyring directory, a fact of the OS family"),
+}
+
+
+def _literals(role: Path) -> dict[object, set[str]]:
+    """The role's path-like (absolute, untemplated) and port-like (an int named *_port)
+    values in its defaults and vars, each with the variables typing it."""
+    found: dict[object, set[str]] = {}
+    for path in [role / "defaults" / "main.yml", *sorted((role / "vars").glob("*.yml"))]:
+        if not path.is_file():
+            continue
+        for name, value in (yaml.safe_load(path.read_text()) or {}).items():
+            path_like = isinstance(value, str) and value.startswith("/") and "{{" not in value
+            port_like = type(value) is int and name.endswith("_port")
+            if path_like or port_like:
+                found.setdefault(value, set()).add(name)
+    return found
+
+
+def test_a_path_or_port_is_typed_in_one_role() -> None:
+    typed: dict[object, set[str]] = {}
+    for role in sorted((ROOT / "roles").iterdir()):
+        for value in _literals(role):
+            typed.setdefault(value, set()).add(role.name)
+    shared = {value: roles for value, roles in typed.items() if len(roles) > 1}
+    listed = {value: roles for value, (roles, _) in SHARED_LITERALS.items()}
+    assert {v: sorted(r) for v, r in shared.items() if listed.get(v) != r} == {}, \
+        "typed in several roles: give it one owner (role pool_defaults) or list it, with why"
+    assert sorted(map(str, set(listed) - set(shared))) == [], "listed but no longer shared"
+
+
+# --- options as checked units --------------------------------------------------------------
+# An option is typed raw only where no one type holds its values, and says why here.
+# Ansible's validator refuses none for a dict whose default is not none (a templated
+# default), so an inventory value that is a dict or none stays raw.
+_SWITCH = "a switch: auto, or a bool that forces it"
+_DICT_OR_NONE = "a dict, or none where the pool declares none (refused as a dict)"
+RAW: dict[str, str] = {
+    "nvidia_container_toolkit_cdi": _SWITCH,
+    "nvidia_driver_kernel_module": _SWITCH,
+    "nvidia_driver_fabricmanager": _SWITCH,
+    "storage_mount_now": _SWITCH,
+    "controller_backup_plan": _DICT_OR_NONE + ": gpupool_backup, none without a backup",
+    "storage_lustre_client": _DICT_OR_NONE + ": gpupool_lustre_client, none without Lustre",
+    "kubernetes_node_registration": _DICT_OR_NONE + ": gpupool_node.kubernetes",
+    "nvidia_driver_gpu": _DICT_OR_NONE + ": gpupool_node.gpu, none on a CPU node",
+    "nvidia_container_toolkit_gpu": _DICT_OR_NONE + ": gpupool_node.gpu, none on a CPU node",
+}
+SWITCH = ["auto", True, False]
+
+
+def _entry_points(role: Path) -> dict[str, dict[str, Any]]:
+    spec = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())
+    return {name: entry.get("options") or {} for name, entry in spec["argument_specs"].items()}
+
+
+def _templated(value: object) -> bool:
+    """A value Ansible templates at run time (a "{{ }}" or "{% %}" anywhere in it): its
+    type is known only then, so the static check leaves it out."""
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, list):
+        return any(_templated(v) for v in value)
+    if isinstance(value, dict):
+        return any(_templated(k) or _templated(v) for k, v in value.items())
+    return False
+
+
+def _checkable(options: dict[str, Any]) -> dict[str, Any]:
+    """The spec of the options checked, as Ansible's validator reads it, less required
+    (the caller's to set). The defaults stay: the validator lets none through only where
+    the default is none too."""
+    def strip(opt: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in opt.items() if k != "required"}
+        if isinstance(opt.get("options"), dict):
+            out["options"] = {k: strip(v) for k, v in opt["options"].items()}
+        return out
+    return {name: strip(opt) for name, opt in options.items()}
+
+
+@pytest.mark.parametrize("role", ROLES, ids=[r.name for r in ROLES])
+def test_every_literal_default_passes_its_own_argument_spec(role: Path) -> None:
+    """Ansible's own validator (the one a role's validation task runs) on the role's
+    untemplated defaults: a default that contradicts its declared type or choices fails."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator  # noqa: PLC0415
+
+    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text()) or {}
+    for entry, opts in _entry_points(role).items():
+        values = {k: v for k, v in defaults.items() if k in opts and not _templated(v)}
+        checked = _checkable({k: opts[k] for k in values})
+        result = ArgumentSpecValidator(checked).validate(
+            values, validate_role_argument_spec=True)
+        assert result.error_messages == [], (entry, result.error_messages)
+        # Ansible converts where it can (an int for a str): the literal must need none.
+        for name, value in values.items():
+            assert result.validated_parameters[name] == value, (entry, name, value)
+
+
+@pytest.mark.parametrize("role", ROLES, ids=[r.name for r in ROLES])
+def test_no_option_is_raw_without_a_reason_and_every_switch_has_its_choices(role: Path) -> None:
+    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text()) or {}
+    for entry, opts in _entry_points(role).items():
+        for name, opt in opts.items():
+            if opt.get("type", "str") == "raw":
+                assert name in RAW, f"{entry}: {name} is typed raw: give it a type or a reason"
+            # A switch: an option whose default is "auto".
+            if defaults.get(name, opt.get("default")) == "auto":
+                assert opt.get("choices") == SWITCH, (entry, name, opt.get("choices"))
+            if opt.get("type") == "list":
+                assert "elements" in opt, f"{entry}: {name} is a list of what?"
+
+
+def test_every_reasoned_raw_option_exists() -> None:
+    names = {n for role in ROLES for opts in _entry_points(role).values() for n in opts
+             if opts[n].get("type", "str") == "raw"}
+    assert sorted(set(RAW) - names) == []
