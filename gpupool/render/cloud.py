@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from gpupool.render import flows, node_labels
+from gpupool.render import flows, node_labels, shell_template
 from gpupool.render.node_labels import LABEL_PREFIX
 from gpupool.render.scheduling import team_quotas
 from gpupool.spec.catalog import (
@@ -773,161 +773,6 @@ def mount_units(desc: Description) -> list[str]:
             if t.mount is not None and t.mount.fstype in SHARED_FSTYPES]
 
 
-def _swap_profile(desc: Description, name: str, group: BurstGroup) -> list[str]:
-    """Shell lines, run once the munge key is in place, that end the instance's right to
-    read it: its boot profile's association is replaced with the run profile's
-    (boot_policy), so the metadata service serves the run role's credentials from then
-    on. Bounded tries; a node that cannot swap fails its boot (exit 1, slurmd never
-    starts, ResumeTimeout terminates it). Already swapped (a reply lost on the way) counts
-    as done."""
-    q = shlex.quote
-    run = run_profile_name(desc, name)
-    cli = (f"--region {q(group.region)} --cli-connect-timeout 5 --cli-read-timeout 10")
-    return [
-        "instance=$(imds instance-id) || { echo 'gpupool: no instance id' >&2; exit 1; }",
-        "swapped=''",
-        f"for attempt in $(seq {BOOT_ATTEMPTS}); do",
-        f"  if found=$(aws ec2 describe-iam-instance-profile-associations {cli} "
-        '--filters "Name=instance-id,Values=$instance" Name=state,Values=associated '
-        "--query 'IamInstanceProfileAssociations[0].[AssociationId,IamInstanceProfile.Arn]' "
-        '--output text) && read -r association profile <<<"$found" '
-        "&& [[ $association == iip-assoc-* ]]; then",
-        f"    if [[ $profile == */{q(run)} ]] || aws ec2 replace-iam-instance-profile-association "
-        f'{cli} --association-id "$association" --iam-instance-profile '
-        f"Name={q(run)} --output text >/dev/null; then",
-        "      swapped=1; break",
-        "    fi",
-        "  fi",
-        f'  echo "gpupool: the instance profile swap failed (try $attempt)" >&2; '
-        f"sleep {BOOT_RETRY_S}",
-        "done",
-        '[ -n "$swapped" ] || { echo '
-        + q(f"gpupool: could not swap the boot profile for {run}: the boot fails")
-        + " >&2; exit 1; }",
-    ]
-
-
-def _join_slurm(desc: Description, name: str, group: BurstGroup) -> list[str]:
-    """Shell lines that make a booted instance a Slurm node: its node name from its tags,
-    the pool's munge key from Secrets Manager (then the boot profile swapped for the run
-    profile, _swap_profile), slurmd configless from the controller.
-    Every value from the description is quoted; the tag is checked against the node-name
-    rule before use."""
-    ctls = controller_addresses(desc)
-    # slurmd --conf-server takes the controllers comma-separated, primary first.
-    conf_server = ",".join(
-        f"[{a}]:{SLURMCTLD_PORT}" if ipaddress.ip_address(a).version == 6
-        else f"{a}:{SLURMCTLD_PORT}" for _, a in ctls)
-    client_conf = [f"ClusterName={desc.pool.name}",
-                   *(f"SlurmctldHost={c}({a})" for c, a in ctls)]
-    q = shlex.quote
-    # The CLI's own timeouts bound each try (its defaults are a minute each).
-    fetch = (f"aws secretsmanager get-secret-value --region {q(group.region)} "
-             f"--secret-id {q(munge_secret_name(desc))} --query SecretBinary --output text "
-             "--cli-connect-timeout 5 --cli-read-timeout 10")
-    return [
-        # IMDSv2 GET with a bounded number of tries (tokens are required).
-        "imds() {",
-        "  local token attempt",
-        f"  for attempt in $(seq {BOOT_ATTEMPTS}); do",
-        "    if token=$(curl -sf --max-time 5 -X PUT http://169.254.169.254/latest/api/token"
-        " -H 'X-aws-ec2-metadata-token-ttl-seconds: 60')"
-        ' && curl -sf --max-time 5 -H "X-aws-ec2-metadata-token: $token"'
-        ' "http://169.254.169.254/latest/meta-data/$1"; then',
-        "      return 0",
-        "    fi",
-        f'    echo "gpupool: metadata $1 unavailable (try $attempt)" >&2; sleep {BOOT_RETRY_S}',
-        "  done",
-        "  return 1",
-        "}",
-        # The resume program tags the instance with its node name at launch (the launch
-        # template enables instance tags in the metadata).
-        f"node=$(imds {q('tags/instance/' + TAG_SLURM_NODE)}) || "
-        "{ echo 'gpupool: no Slurm node name tag' >&2; exit 1; }",
-        f"name_re={q(NAME_RE)}",
-        "[[ $node =~ $name_re ]] || { echo 'gpupool: invalid Slurm node name tag' >&2; exit 1; }",
-        "key=''",
-        f"for attempt in $(seq {BOOT_ATTEMPTS}); do",
-        f'  if key=$({fetch}) && [ -n "$key" ] && [ "$key" != None ]; then break; fi',
-        f'  key=""; echo "gpupool: munge key unavailable (try $attempt)" >&2; '
-        f"sleep {BOOT_RETRY_S}",
-        "done",
-        '[ -n "$key" ] || { echo '
-        + q(f"gpupool: no munge key in {munge_secret_name(desc)} (put it with --secret-binary)")
-        + ' >&2; exit 1; }',
-        # Written whole, owner-only from the start, then moved into place.
-        "umask 077",
-        f'printf "%s" "$key" | base64 -d > {q(MUNGE_KEY_PATH + ".new")}',
-        "unset key",
-        f"chown munge:munge {q(MUNGE_KEY_PATH + '.new')}",
-        f"chmod 0400 {q(MUNGE_KEY_PATH + '.new')}",
-        f"mv -f {q(MUNGE_KEY_PATH + '.new')} {q(MUNGE_KEY_PATH)}",
-        "umask 022",
-        *_swap_profile(desc, name, group),
-        "systemctl restart munge",
-        # The network tiers, over the hybrid link: their units are in the image (role
-        # storage), enabled; started here, each bounded by its unit's TimeoutSec and
-        # MOUNT_TIMEOUT_S, so the gate below finds them mounted or fails the node for it.
-        *(f"timeout {MOUNT_TIMEOUT_S} systemctl start {q(unit)} || "
-          f"echo {q(f'gpupool: {unit} did not mount')} >&2" for unit in mount_units(desc)),
-        # The node and DCGM exporters are in the image, disabled: roles node_exporter and
-        # dcgm bind them to a node's declared address, and a burst node has only the one
-        # its instance got. Bound there, Prometheus finds them through Slurm
-        # (roles/monitoring: the scheduler exporter's service discovery lists the cloud
-        # nodes that are up at their NodeAddr). The ports stay as the image has them.
-        r'if addr=$(imds local-ipv4) && [[ $addr =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}$ ]]; then',
-        r'  sed -i -E "s/--web[.]listen-address=[^ \"]*:([0-9]+)/--web.listen-address=$addr:\1/" '
-        + q(NODE_EXPORTER_DEFAULTS),
-        f"  systemctl enable --now {NODE_EXPORTER_UNIT} || "
-        "echo 'gpupool: the node exporter did not start' >&2",
-        f"  install -d -m 0755 {q(DCGM_EXPORTER_DROPIN.rsplit('/', 1)[0])}",
-        "  printf '%s\\n' '[Service]' \"Environment=DCGM_EXPORTER_HOST=$addr\" > "
-        + q(DCGM_EXPORTER_DROPIN),
-        "  systemctl daemon-reload",
-        f"  systemctl enable --now {DCGM_EXPORTER_UNIT} || "
-        "echo 'gpupool: the DCGM exporter did not start' >&2",
-        "else",
-        "  echo 'gpupool: no private address to bind the node and DCGM exporters to' >&2",
-        "fi",
-        # The acceptance gate's quick tier before slurmd can take any work (gate/boot.py).
-        # A node that does not pass reports itself powered down and drained with the
-        # failed checks, so Slurm requeues its job elsewhere and the suspend program
-        # terminates the instance; a node without the gate (a broken image) is kept out too.
-        f"if ! reason=$(PYTHONPATH={q(GATE_LIB)} timeout {GATE_TIMEOUT_S} python3 -m "
-        f'gpupool.gate.boot {q(FACTS_PATH)} "$node" {q(GATE_REPORTS)}); then',
-        '  reason="${reason:-gpupool gate could not run (no gate in the image?)}"',
-        '  echo "gpupool: $reason" >&2',
-        f"  install -d -m 0755 {q(CLIENT_CONF.rsplit('/', 1)[0])}",
-        f"  printf '%s\\n' {' '.join(q(line) for line in client_conf)} > {q(CLIENT_CONF)}",
-        # Power down first: in Slurm 22.05 power_down_force resets the node to idle,
-        # dropping a drain set before it (measured in the lab), so the drain comes after.
-        f'  SLURM_CONF={q(CLIENT_CONF)} scontrol update nodename="$node"'
-        " state=power_down_force || true",
-        f'  SLURM_CONF={q(CLIENT_CONF)} scontrol update nodename="$node" state=drain'
-        ' reason="${reason:0:200}" || true',
-        "  exit 1",
-        "fi",
-        # Configless: slurmd takes slurm.conf and the rest from slurmctld, so the image
-        # never carries a stale copy. Debian's slurmd unit reads SLURMD_OPTIONS from here.
-        f"conf_server={q(conf_server)}",
-        'printf \'SLURMD_OPTIONS="--conf-server %s -N %s"\\n\' "$conf_server" "$node"'
-        " > /etc/default/slurmd",
-        # Debian's unit starts slurmd only where /etc/slurm/slurm.conf exists, which a
-        # configless node never has: without this, `systemctl restart` skips it silently
-        # (found by the lab's burst hosts, gpupool/lab/burst_hosts.py).
-        f"install -d -m 0755 {q(SLURMD_DROPIN.rsplit('/', 1)[0])}",
-        f"printf '%s\\n' '[Unit]' 'ConditionPathExists=' > {q(SLURMD_DROPIN)}",
-        "systemctl daemon-reload",
-        "systemctl enable slurmd",
-        "systemctl restart slurmd",
-        # A spot instance hands its jobs back on EC2's two-minute notice
-        # (gpupool/onhost/spot_watch.py; the slurm role installs it and its unit).
-        'if [ "$(imds instance-life-cycle || true)" = spot ]; then',
-        f'  systemctl enable --now "{SPOT_WATCH_UNIT.format("$node")}"',
-        "fi",
-    ]
-
-
 def burst_facts(desc: Description, name: str, group: BurstGroup) -> dict[str, Any]:
     """What a burst node learns about itself at boot: read by the onboarding play and, as
     its expectation, by the acceptance gate (gpupool.gate.expect.burst_expect). The group's
@@ -978,41 +823,57 @@ def metadata_root_only() -> list[str]:
 
 
 def user_data(desc: Description, name: str, group: BurstGroup) -> str:
-    """cloud-init that leaves the facts onboarding needs on the node (the onboarding play
-    finds nodes by their burst-group tag and reads these facts) and joins the node to Slurm
-    by itself (_join_slurm), within ResumeTimeout and without a person. With Kubernetes
-    declared it
-    also gives kubelet the labels and taints the node registers with (node_labels.py),
-    picked by the capacity type the metadata service reports: an Auto Scaling group that
-    mixes spot and on-demand decides it per instance at launch."""
-    # First of all, before anything asks the metadata service: only root reaches it. A
-    # node whose firewall cannot take the rule fails its boot (set -e) rather than run
-    # jobs beside the role's credentials.
-    lines = ["#!/bin/bash", "set -euo pipefail",
-             "nft -f - <<'EOF'", *metadata_root_only(), "EOF",
-             f"install -d -m 0755 {shlex.quote(FACTS_PATH.rsplit('/', 1)[0])}",
-             f"cat > {shlex.quote(FACTS_PATH)} <<'EOF'",
-             # One line (json.dumps escapes newlines), so it can never end the here-document.
-             json.dumps(burst_facts(desc, name, group), sort_keys=True),
-             "EOF"]
+    """cloud-init's script for a burst group's instances: templates/burst-user-data.sh.tmpl
+    (what it does, step by step, is told there) with the description's values, each one
+    shell word. It leaves the facts onboarding needs on the node (the onboarding play finds
+    nodes by their burst-group tag and reads these facts) and joins the node to Slurm by
+    itself, within ResumeTimeout and without a person. With Kubernetes declared it also
+    gives kubelet the labels and taints the node registers with (node_labels.py), picked
+    by the capacity type the metadata service reports."""
+    q = shlex.quote
+    ctls = controller_addresses(desc)
+    secret, run = munge_secret_name(desc), run_profile_name(desc, name)
+    values: dict[str, shell_template.Value] = {
+        "facts_dir": FACTS_PATH.rsplit("/", 1)[0], "facts_path": FACTS_PATH,
+        "attempts": BOOT_ATTEMPTS, "retry_s": BOOT_RETRY_S,
+        "node_tag_path": "tags/instance/" + TAG_SLURM_NODE, "name_re": NAME_RE,
+        "region": group.region, "munge_secret": secret,
+        "no_munge_key": f"gpupool: no munge key in {secret} (put it with --secret-binary)",
+        "munge_key_new": MUNGE_KEY_PATH + ".new", "munge_key": MUNGE_KEY_PATH,
+        "run_profile": run,
+        "no_swap": f"gpupool: could not swap the boot profile for {run}: the boot fails",
+        "node_exporter_defaults": NODE_EXPORTER_DEFAULTS,
+        "node_exporter_unit": NODE_EXPORTER_UNIT,
+        "dcgm_dropin_dir": DCGM_EXPORTER_DROPIN.rsplit("/", 1)[0],
+        "dcgm_dropin": DCGM_EXPORTER_DROPIN, "dcgm_exporter_unit": DCGM_EXPORTER_UNIT,
+        "gate_lib": GATE_LIB, "gate_timeout_s": GATE_TIMEOUT_S, "gate_reports": GATE_REPORTS,
+        "client_conf_dir": CLIENT_CONF.rsplit("/", 1)[0], "client_conf": CLIENT_CONF,
+        # What a node that failed its gate reports with: slurmd never read a configuration.
+        "client_conf_lines": [f"ClusterName={desc.pool.name}",
+                              *(f"SlurmctldHost={c}({a})" for c, a in ctls)],
+        # slurmd --conf-server takes the controllers comma-separated, primary first.
+        "conf_server": ",".join(
+            f"[{a}]:{SLURMCTLD_PORT}" if ipaddress.ip_address(a).version == 6
+            else f"{a}:{SLURMCTLD_PORT}" for _, a in ctls),
+        "slurmd_dropin_dir": SLURMD_DROPIN.rsplit("/", 1)[0], "slurmd_dropin": SLURMD_DROPIN,
+    }
+    blocks: dict[str, list[str]] = {
+        "metadata_rules": metadata_root_only(),
+        # One line (json.dumps escapes newlines): it can never end its here-document.
+        "facts": [json.dumps(burst_facts(desc, name, group), sort_keys=True)],
+        "mount_starts": [f"timeout {MOUNT_TIMEOUT_S} systemctl start {q(unit)} || "
+                         f"echo {q(f'gpupool: {unit} did not mount')} >&2"
+                         for unit in mount_units(desc)],
+    }
     if desc.kubernetes is not None:
         kinds = node_labels.burst_nodes(desc, name)
-        # Unknown (metadata unreachable): spot where the group may be spot, so the node
-        # is tainted and only work admitted to spot lands on it.
+        # Unknown capacity (metadata unreachable): spot where the group may be spot.
         fallback = node_labels.SPOT if node_labels.SPOT in kinds else next(iter(kinds))
-        lines += [
-            # IMDSv2 (the launch template requires tokens): spot or on-demand.
-            "token=$(curl -sf -X PUT http://169.254.169.254/latest/api/token"
-            " -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' || true)",
-            "life=$(curl -sf -H \"X-aws-ec2-metadata-token: $token\""
-            " http://169.254.169.254/latest/meta-data/instance-life-cycle || true)",
-            'case "$life" in',
-            *(f"  {kind}) args={shlex.quote(node_labels.kubelet_args(reg))} ;;"
-              for kind, reg in kinds.items() if kind != fallback),
-            f"  *) args={shlex.quote(node_labels.kubelet_args(kinds[fallback]))} ;;",
-            "esac",
-            # Read by kubelet's systemd unit (kubeadm's EnvironmentFile) before it joins.
-            "printf 'KUBELET_EXTRA_ARGS=\"%s\"\\n' \"$args\" > /etc/default/kubelet",
-        ]
-    lines += _join_slurm(desc, name, group)
-    return "\n".join(lines) + "\n"
+        blocks["kubelet_cases"] = [f"  {kind}) args={q(node_labels.kubelet_args(reg))} ;;"
+                                   for kind, reg in kinds.items() if kind != fallback]
+        values["kubelet_fallback_args"] = node_labels.kubelet_args(kinds[fallback])
+    return shell_template.render_file(
+        "burst-user-data.sh.tmpl", values, blocks=blocks,
+        # Inside double quotes, where the shell expands $node: gpupool's own text.
+        verbatim={"spot_watch_unit": SPOT_WATCH_UNIT.format("$node")},
+        flags={"kubernetes": desc.kubernetes is not None})
