@@ -111,7 +111,9 @@ class BurstPool(Component):
             opts=self.child())
         self.launch_template_id = template.id
         self.group_name = asg.name
-        self.register_outputs({"launch_template_id": template.id})
+        self.register_outputs({"launch_template_id": self.launch_template_id,
+                               "group_name": self.group_name, "boot_role": self.boot_role,
+                               "run_role": self.run_role})
 
     def _profile(self, name: str, args: BurstPoolArgs, tags: dict[str, str]) -> aws.iam.Role:
         """The run role and its profile (cloud.run_profile_name, which the user-data

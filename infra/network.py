@@ -138,7 +138,9 @@ class NetworkSegments(Component):
         self._flow_logs(name, desc, vpc, tags)
         self.vpc_id = vpc.id
         self.security_group_ids = {seg: g.id for seg, g in groups.items()}
-        self.register_outputs({"vpc_id": vpc.id})
+        self.register_outputs({"vpc_id": self.vpc_id, "subnet_ids": self.subnet_ids,
+                               "security_group_ids": self.security_group_ids,
+                               "link": self.link, "egress": self.egress})
 
     def _flow_logs(self, name: str, desc: Description, vpc: aws.ec2.Vpc,
                    tags: dict[str, str]) -> None:

@@ -78,7 +78,9 @@ class StorageTiers(Component):
             self.bucket_arns[tier_name] = bucket.arn
             self.bucket_names[tier_name] = bname
         self.scratch_dns = self._scratch(name, desc, args.network, tags, buckets)
-        self.register_outputs({"buckets": self.bucket_names})
+        self.register_outputs({"key_arn": self.key_arn, "bucket_arns": self.bucket_arns,
+                               "bucket_names": self.bucket_names,
+                               "scratch_dns": self.scratch_dns})
 
     def _scratch(self, name: str, desc: Description, network: NetworkSegments | None,
                  tags: dict[str, str], buckets: list[aws.s3.Bucket]
