@@ -77,6 +77,8 @@ FAILS = [
     (["audit", "--alibaba", str(TRACE), "--class-map", "LS=nope"], "usage"),
     (["init", "{tmp}/new", "--stack", "../x"], "usage"),
     (["playbook", "no_such_playbook"], "usage"),
+    (["images", "--containerfile", "nope"], "usage"),
+    (["images", "--registry", "not a host"], "usage"),
     (["replay", "--trace", "{tmp}/missing.csv"], "file"),
     (["audit", "--sacct", "{tmp}/missing.txt"], "file"),
     (["inventory", "-o", "{tmp}/foreign.txt"], "output"),
@@ -85,7 +87,7 @@ FAILS = [
     (["init", "{tmp}/pool"], "output"),
     (["schema", "-o", "{tmp}/foreign.txt"], "output"),
     *(([*verb, "--file", "{tmp}/broken.yaml"], "invalid")
-      for verb in (["validate"], ["show"], ["inventory"], ["plan"], ["policy"],
+      for verb in (["validate"], ["show"], ["images"], ["inventory"], ["plan"], ["policy"],
                    ["slurm", "render"], ["audit"], ["lab", "status"], ["gate"],
                    ["drill", "preemption"], ["replay"])),
     (["validate", "--file", "{tmp}/missing.yaml"], "invalid"),

@@ -19,6 +19,7 @@ from gpupool.spec.model import Description
 VERBS = {
     "validate": ("validate", "check the description; report every problem at once"),
     "show": ("show", "a readable summary: capacity, segments, quotas and classes"),
+    "images": ("images", "the environment images: digests, references, Containerfiles"),
     "inventory": ("inventory", "the Ansible inventory derived from the description"),
     "plan": ("plan", "run the Pulumi program under mocks; show what it declares"),
     "policy": ("policy", "run the policy pack offline over what the program declares"),
@@ -42,7 +43,7 @@ EXTRAS = {"pulumi": "cloud", "pulumi_aws": "cloud", "pulumi_kubernetes": "cloud"
 # cycles, so they run without the cyclic collector (cli.main.run): its passes over a
 # 3,000-node pool's objects freed nothing and made `inventory` grow faster than the pool
 # (2.8 CPU-s at 1,000 nodes, 10.2 at 3,000; without them 1.7 and 4.8).
-BATCH = frozenset({"validate", "show", "inventory", "plan", "policy", "slurm", "audit"})
+BATCH = frozenset({"validate", "show", "images", "inventory", "plan", "policy", "slurm", "audit"})
 
 Handler = Callable[[argparse.Namespace, Description], int]
 PlainHandler = Callable[[argparse.Namespace], int]

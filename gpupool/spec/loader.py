@@ -20,12 +20,19 @@ from gpupool.paths import PROJECT_ROOT
 from gpupool.spec import rules
 from gpupool.spec.errors import CONTROL, DescriptionError, Problem, did_you_mean, printable, quoted
 from gpupool.spec.model import (
+    CUDA_RELEASE_RE,
+    DEB_NAME_RE,
+    DEB_VERSION_RE,
     DURATION_RE,
+    IMAGE_NAME_RE,
+    IMAGE_REF_RE,
+    IMAGE_VERSION_RE,
     MIG_PROFILE_RE,
     MOUNT_OPTION_RE,
     MOUNT_PATH_RE,
     MOUNT_SOURCE_RE,
     NAME_RE,
+    PYTHON_PIN_RE,
     USER_RE,
     VERSION_RE,
     Description,
@@ -49,6 +56,22 @@ _PATTERN_RULES = {
     MOUNT_OPTION_RE: ("mount-option", "must be a mount option such as noatime or vers=4.2"),
     MIG_PROFILE_RE: ("mig-profile-name", "must be a MIG profile name such as 1g.10gb or "
                                          "3g.40gb"),
+    IMAGE_NAME_RE: ("image-name", "must be a name an OCI registry takes: lowercase letters "
+                                  "and digits, with single '.', '_' or '-' between them"),
+    IMAGE_VERSION_RE: ("image-version", "must be MAJOR.MINOR.PATCH with an optional "
+                                        "-pre-release, such as 1.4.0 or 2.0.0-rc.1"),
+    IMAGE_REF_RE: ("image-reference", "must be an image reference [host[:port]/]repository "
+                                      "with a :tag, an @sha256: digest or both, such as "
+                                      "debian:trixie"),
+    CUDA_RELEASE_RE: ("cuda-release", "must be a CUDA release major.minor[.patch], such as "
+                                      "12.8 or 12.8.1"),
+    DEB_NAME_RE: ("debian-package", "must be a Debian package name (lowercase letters, "
+                                    "digits, '+', '-', '.')"),
+    DEB_VERSION_RE: ("debian-version", "must be one exact Debian version "
+                                       "[epoch:]upstream[-revision], such as 1:2.47.3-0+deb13u1"),
+    PYTHON_PIN_RE: ("python-pin", "must be a Python package pinned to one exact version, "
+                                  "name==version (no ranges, extras, markers or local "
+                                  "versions)"),
 }
 
 

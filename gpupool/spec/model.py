@@ -13,7 +13,15 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StringConstraints,
+)
 from pydantic import Strict as StrictType
 from pydantic_core import PydanticCustomError
 
@@ -625,6 +633,89 @@ class Kubernetes(Strict):
     control_plane: Annotated[list[str], Field(min_length=1)]
 
 
+# Environment images (issue 54). Every value below ends up in a Containerfile and an image
+# reference, so each is held to what its consumer accepts and nothing else: no whitespace,
+# quote, `$` or shell metacharacter passes any of these patterns.
+# An image's name: one path component of an OCI repository name, as the distribution spec
+# allows it (lowercase letters and digits, single separators inside).
+IMAGE_NAME_RE = r"^[a-z0-9]+([._-][a-z0-9]+)*$"
+IMAGE_NAME_MAX = 63  # with the registry host and pool name, far below the 255 of a reference
+# An image's own version, the tag it is pushed with: MAJOR.MINOR.PATCH with an optional
+# pre-release, nothing a tag refuses (no "+": OCI tags have no build metadata).
+IMAGE_VERSION_RE = r"^[0-9]{1,9}\.[0-9]{1,9}\.[0-9]{1,9}(-[0-9A-Za-z]+(\.[0-9A-Za-z]+)*)?$"
+# A base image reference: [host[:port]/]repository[:tag][@sha256:digest], with a tag or a
+# digest (never an implicit "latest"). Repository components as the OCI distribution spec
+# writes them; the host as a DNS name or IPv4 address with an optional port (unanchored:
+# the renderer holds the registry it pushes to to the same).
+_REF_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+REGISTRY_HOST = rf"{_REF_LABEL}(\.{_REF_LABEL})*(:[0-9]{{1,5}})?"
+_REF_COMPONENT = r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*"
+_REF_TAG = r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}"
+_REF_DIGEST = r"sha256:[0-9a-f]{64}"
+IMAGE_REF_RE = (rf"^({REGISTRY_HOST}/)?{_REF_COMPONENT}(/{_REF_COMPONENT})*"
+                rf"(:{_REF_TAG}(@{_REF_DIGEST})?|@{_REF_DIGEST})$")
+# A Debian package version ([epoch:]upstream[-revision], Debian Policy 5.6.12): with the
+# name (DEB_NAME_RE), what `apt-get install name=version` takes as one word.
+DEB_VERSION_RE = r"^([0-9]{1,9}:)?[0-9][A-Za-z0-9.+~]*(-[A-Za-z0-9.+~]+)*$"
+# A Python requirement pinned to one exact version, `name==version`: a PEP 508 name and a
+# PEP 440 public version (release, pre-, post-, dev-release), no extras, markers, ranges
+# or local versions.
+PYTHON_PIN_RE = (r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,62}[A-Za-z0-9])?=="
+                 r"[0-9]{1,9}(\.[0-9]{1,9}){0,5}((a|b|rc)[0-9]{1,9})?(\.post[0-9]{1,9})?"
+                 r"(\.dev[0-9]{1,9})?$")
+# The CUDA user-space release an image carries: major.minor[.patch] ("12.4" is 12.4 GA).
+CUDA_RELEASE_RE = r"^[0-9]{1,3}\.[0-9]{1,3}(\.[0-9]{1,3})?$"
+
+
+def _version_text(value: object) -> object:
+    """A version is text: YAML reads `12.4` as a number, which would lose `12.10`'s zero."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise PydanticCustomError(
+            "version-text", "write the version in quotes ('{value}'): YAML reads it as a "
+            "number", {"value": value})
+    return value
+
+
+def _pinned(value: object) -> object:
+    if value is None or value == "":
+        raise PydanticCustomError(
+            "package-pinned", "a package is pinned to one exact version (`name: version`)")
+    return _version_text(value)
+
+
+ImageName = Annotated[str, StringConstraints(pattern=IMAGE_NAME_RE, max_length=IMAGE_NAME_MAX)]
+DebPackage = Annotated[str, StringConstraints(pattern=DEB_NAME_RE)]
+DebVersion = Annotated[str, BeforeValidator(_pinned),
+                       StringConstraints(pattern=DEB_VERSION_RE, max_length=128)]
+PythonPin = Annotated[str, StringConstraints(pattern=PYTHON_PIN_RE, max_length=128)]
+
+
+class EnvironmentImage(Strict):
+    """An image jobs run in: a base, pinned packages and a CUDA user-space release, built
+    into a Containerfile (gpupool/render/environment_image.py) whose label carries the
+    declaration's digest, so an image is rebuilt only when its declaration changes."""
+
+    # The image's version, the tag it is pushed with: MAJOR.MINOR.PATCH[-pre-release].
+    version: Annotated[str, BeforeValidator(_version_text),
+                       StringConstraints(pattern=IMAGE_VERSION_RE, max_length=64)]
+    # The image it is built FROM: [host/]repository with a :tag, an @sha256: digest or both.
+    base: Annotated[str, StringConstraints(pattern=IMAGE_REF_RE, max_length=512)]
+    # The CUDA user-space release it carries (major.minor[.patch]); the locked driver
+    # must be one that release's toolkit needs at least (rule image-cuda-driver).
+    cuda: Annotated[str, BeforeValidator(_version_text),
+                    StringConstraints(pattern=CUDA_RELEASE_RE)]
+    # Debian package -> the exact version installed (apt-get install name=version).
+    packages: Annotated[dict[DebPackage, DebVersion], Field(max_length=512)] = {}
+    # Python packages, each pinned `name==version`, installed with pip after the Debian
+    # packages; each name once.
+    python_packages: Annotated[list[PythonPin], Field(max_length=512)] = []
+    # The teams (keys of `teams`) whose jobs use the image.
+    teams: list[str] = []
+    # The task classes (keys of `task_classes`) whose jobs use the image; an image names
+    # teams, classes or both.
+    task_classes: list[str] = []
+
+
 class Description(Strict):
     """A whole pool. `version` is the schema version, for migrations."""
 
@@ -651,6 +742,10 @@ class Description(Strict):
     network: Network
     software: Software  # The exact version of every component installed.
     kubernetes: Kubernetes | None = None  # A Kubernetes cluster over the pool's nodes.
+    # Images jobs run in: image name -> its base, pinned packages, CUDA release and users.
+    # Absent: none.
+    environment_images: dict[Annotated[str, StringConstraints(
+        pattern=IMAGE_NAME_RE, max_length=IMAGE_NAME_MAX)], EnvironmentImage] = {}
     health: Health = Health()  # The health loop on every compute node.
     backup: Backup | None = None  # Backups of the Slurm controller.
     failover: Failover | None = None  # A backup Slurm controller.

@@ -8,11 +8,12 @@ the reference is broken: the broken reference is the problem to report.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from itertools import combinations
 
-from gpupool.spec import floors, gpu_detection, mig
+from gpupool.spec import cuda_driver, floors, gpu_detection, mig
 from gpupool.spec.catalog import (
     BUCKET_NAME_LENGTH,
     BUCKET_RESERVED_PREFIXES,
@@ -662,6 +663,50 @@ def floor_problems(desc: Description) -> Iterator[Problem]:
             continue
         if verdict is not None:
             yield Problem(f"software.{component}", "version-floor", verdict.message, locked)
+
+
+@rule("environment_images", "teams", "task_classes")
+def environment_image_users(desc: Description) -> Iterator[Problem]:
+    """Each environment image names who uses it, among the description's teams and task
+    classes: an image nobody runs in is a typo more often than an intent."""
+    for name, image in desc.environment_images.items():
+        path = f"environment_images.{name}"
+        if not image.teams and not image.task_classes:
+            yield Problem(path, "image-users",
+                          "name the teams or task classes whose jobs use the image", None)
+        for field, known in (("teams", desc.teams), ("task_classes", desc.task_classes)):
+            for i, user in enumerate(getattr(image, field)):
+                if user not in known:
+                    what = "team" if field == "teams" else "task class"
+                    yield Problem(f"{path}.{field}[{i}]", "image-user-known",
+                                  unknown(what, user, known), user)
+        seen: dict[str, int] = {}
+        for i, pin in enumerate(image.python_packages):
+            # PEP 503: names differing only in case and runs of -_. are one project.
+            key = re.sub(r"[-_.]+", "-", pin.partition("==")[0]).lower()
+            if key in seen:
+                yield Problem(f"{path}.python_packages[{i}]", "python-package-unique",
+                              f"already pinned at python_packages[{seen[key]}]", pin)
+            seen.setdefault(key, i)
+
+
+@rule("environment_images", "software")
+def environment_image_cuda(desc: Description) -> Iterator[Problem]:
+    """An image's CUDA runtime needs at least the driver its toolkit release was made for
+    (NVIDIA's table, gpupool/data/cuda-driver): a runtime newer than the locked driver
+    supports fails the job at its first CUDA call, on every node."""
+    driver = desc.software.nvidia_driver
+    for name, image in desc.environment_images.items():
+        path = f"environment_images.{name}.cuda"
+        row = cuda_driver.release(image.cuda)
+        if row is None:
+            yield Problem(path, "image-cuda-known",
+                          unknown("CUDA release (gpupool/data/cuda-driver)", image.cuda,
+                                  cuda_driver.releases()), image.cuda)
+        elif not cuda_driver.runs_on(row, driver):
+            yield Problem(path, "image-cuda-driver",
+                          f"{row.label} needs NVIDIA driver {row.driver} or later; "
+                          f"software.nvidia_driver is locked at {driver}", image.cuda)
 
 
 @rule("pool", "software", "node_classes", "nodes")
