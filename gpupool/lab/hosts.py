@@ -607,6 +607,9 @@ def write_inventory(desc: Description, mirror_key: str) -> Path:
         # local endpoint). The key is the lab's own, kept in its folder (a pool keeps its in
         # Ansible Vault); the inventory beside it is no more public.
         "controller_backup_upload": False,
+        # Nor do the declared tier copies run: rclone and their units are installed; the
+        # suite runs one against a local endpoint (test_storage_sync_lab).
+        "storage_sync_start": False,
         "controller_backup_key": ensure_backup_key(desc).read_text().strip(),
         "controller_backup_manifest_key": ensure_backup_key(
             desc, manifest_key_path(desc)).read_text().strip(),

@@ -58,6 +58,16 @@ def backup_plan(desc: Description) -> dict[str, Any] | None:
             "region": desc.pool.cloud_region}
 
 
+def sync_plan(desc: Description) -> list[dict[str, Any]]:
+    """roles/storage_sync's plan: each `both` tier's declared copy between its mount and its
+    bucket, run from the primary controller (which mounts every tier)."""
+    return [{"tier": name, "path": t.mount.path, "bucket": cloud.bucket_name(desc, name),
+             "region": desc.pool.cloud_region, "direction": t.sync.direction.value,
+             "interval_s": t.sync.every_minutes * 60, "delete": t.sync.delete}
+            for name, t in desc.storage_tiers.items()
+            if t.sync is not None and t.mount is not None]
+
+
 def pool_vars(desc: Description) -> dict[str, Any]:
     """Variables every host sees: the pool-wide parts of the description."""
     return {
@@ -89,6 +99,8 @@ def pool_vars(desc: Description) -> dict[str, Any]:
         # durations in seconds so no role parses them.
         "gpupool_health": health_plan(desc),
         "gpupool_backup": backup_plan(desc),
+        # Declared copies between `both` tiers' mounts and buckets (roles/storage_sync).
+        "gpupool_storage_sync": sync_plan(desc),
         # The backup controller and the tier both controllers keep Slurm's state on, or None.
         "gpupool_failover": desc.failover.model_dump(mode="json") if desc.failover else None,
         # Idle-GPU reclaim per task class (gpupool/render/scheduling.py), for the controller.

@@ -363,13 +363,40 @@ class Location(StrEnum):
     cloud: lives in the cloud only: a bucket (datasets, checkpoints, archive) or an FSx for
       Lustre file system (scratch).
     both: an on-prem mount for the on-prem nodes and a bucket in the cloud for the burst
-      nodes (checkpoints they write, datasets FSx imports): gpupool declares both sides and
-      copies nothing between them; keeping them in step is the site's transfer job.
+      nodes (checkpoints they write, datasets FSx imports): gpupool declares both sides, and
+      copies between them only what the tier's `sync` declares (TierSync).
     """
 
     ONPREM = "onprem"
     CLOUD = "cloud"
     BOTH = "both"
+
+
+class SyncDirection(StrEnum):
+    """Which side of a `both` tier is the source a sync copies from.
+
+    to_cloud: the on-prem mount to the bucket (datasets the burst nodes read).
+    from_cloud: the bucket to the on-prem mount (checkpoints the burst nodes wrote, so an
+      on-prem node can resume from them).
+    """
+
+    TO_CLOUD = "to_cloud"
+    FROM_CLOUD = "from_cloud"
+
+
+class TierSync(Strict):
+    """A copy between a `both` tier's two sides, one way, on a timer on the primary
+    controller (roles/storage_sync: rclone). One way only: a two-way sync would have to
+    choose between two changed copies of a file, and a wrong choice loses work."""
+
+    direction: SyncDirection  # Which side is the source.
+    # How often the copy runs, minutes; a run still going when the next is due is not
+    # started twice.
+    every_minutes: Annotated[Int, Field(ge=5, le=1440)] = 60
+    # Remove at the destination what the source no longer has (rclone sync). Off: copy
+    # new and changed files only (rclone copy), never delete. A YAML true or false only:
+    # a quoted "yes" is not taken for leave to delete.
+    delete: Annotated[bool, StrictType()] = False
 
 
 class Temperature(StrEnum):
@@ -465,6 +492,8 @@ class StorageTier(Strict):
     # says so. Never inferred from a server's address: a Lustre tier served on-prem is
     # never declared again as an FSx file system.
     location: Location | None = None
+    # Keep a `both` tier's two sides in step (TierSync); absent: nothing is copied.
+    sync: TierSync | None = None
 
     @property
     def located(self) -> Location:

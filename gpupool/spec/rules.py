@@ -71,6 +71,8 @@ from gpupool.spec.model import (
     Purpose,
     ReclaimAction,
     Role,
+    StorageTier,
+    SyncDirection,
     TaskClass,
     Temperature,
     bucket_name,
@@ -1168,6 +1170,20 @@ def _onprem_servers(desc: Description, source: str) -> list[str]:
     return found
 
 
+def _tier_sync(name: str, tier: StorageTier) -> Iterator[Problem]:
+    """A sync copies between the two sides of a `both` tier, into a side it can write."""
+    path = f"storage_tiers.{name}.sync"
+    if tier.located is not Location.BOTH:
+        yield Problem(path, "tier-sync-needs-both",
+                      "a sync copies between a tier's on-prem mount and its bucket: "
+                      "location both", tier.located.value)
+    elif (tier.sync is not None and tier.sync.direction is SyncDirection.FROM_CLOUD
+          and tier.mount is not None and "ro" in tier.mount.options):
+        yield Problem(f"{path}.direction", "tier-sync-read-only",
+                      "the tier is mounted ro, so nothing can be copied into it: to_cloud, "
+                      "or mount it rw", tier.sync.direction.value)
+
+
 @rule("storage_tiers", "network", "nodes", "pool")
 def storage_locations(desc: Description) -> Iterator[Problem]:
     """Where each tier lives, and what that declares in the cloud (model.Location): a
@@ -1199,6 +1215,8 @@ def storage_locations(desc: Description) -> Iterator[Problem]:
             yield Problem(path, "tier-both-needs-mount",
                           "both is an on-prem mount beside a bucket; this tier has no mount: "
                           "location cloud", where.value)
+        if tier.sync is not None:
+            yield from _tier_sync(name, tier)
         if tier.purpose is Purpose.SCRATCH:
             if where is Location.BOTH:
                 yield Problem(path, "scratch-location",
