@@ -68,6 +68,7 @@ def test_no_bucket_at_all_where_every_tier_is_on_prem() -> None:
         {"delete": "backup"},
         {"set": "storage_tiers.datasets.location", "value": "onprem"},
         {"set": "storage_tiers.checkpoints.location", "value": "onprem"},
+        {"delete": "storage_tiers.datasets.sync"}, {"delete": "storage_tiers.checkpoints.sync"},
         {"delete": "storage_tiers.archive"}])
     assert _buckets(run) == set()
 
