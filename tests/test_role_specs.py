@@ -67,7 +67,8 @@ SHARED_LITERALS: dict[object, tuple[set[str], str]] = {
         {"acceptance_gate", "controller_backup", "idle_reclaim", "slurm", "slurm_exporter"},
         "Debian's python3, a fact of the OS family"),
     "/etc/systemd/system": (
-        {"acceptance_gate", "controller_backup", "idle_reclaim", "slurm_exporter", "storage"},
+        {"acceptance_gate", "controller_backup", "idle_reclaim", "slurm_exporter", "storage",
+         "storage_sync"},
         "systemd's unit directory, a fact of the OS family"),
     "/etc/tmpfiles.d": ({"dcgm", "slurm"},
                         "systemd's tmpfiles directory, a fact of the OS family"),
