@@ -57,7 +57,7 @@ def _dependencies(role: str) -> list[str]:
     return [d if isinstance(d, str) else d.get("role") or d.get("name") for d in deps]
 
 
-def _resolve(role: str, name: str, **extra: object) -> object:
+def resolve(role: str, name: str, **extra: object) -> object:
     """`name` as Ansible resolves it in `role`: the dependency's defaults, the role's own
     defaults and vars, every string trusted as a template (as a role's files are)."""
     from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
@@ -80,7 +80,7 @@ def _resolve(role: str, name: str, **extra: object) -> object:
 @pytest.mark.parametrize(("role", "name"), sorted(BEFORE), ids=[n for _, n in sorted(BEFORE)])
 def test_an_option_on_the_owner_resolves_to_its_former_literal(role: str, name: str) -> None:
     assert OWNER in _dependencies(role), f"{role} reads {OWNER} without depending on it"
-    value = _resolve(role, name)
+    value = resolve(role, name)
     before = BEFORE[role, name]
     assert value == before and isinstance(value, type(before)) and not isinstance(value, bool)
     # ... and it is the owner's, not a literal of the role's own any more.
@@ -92,7 +92,7 @@ def test_an_option_on_the_owner_resolves_to_its_former_literal(role: str, name: 
     ({}, "https://127.0.0.1:9090"),
 ])
 def test_idle_reclaims_url_carries_the_owners_prometheus_port(address: object, url: str) -> None:
-    assert _resolve("idle_reclaim", "idle_reclaim_prometheus_url", gpupool_node=address) == url
+    assert resolve("idle_reclaim", "idle_reclaim_prometheus_url", gpupool_node=address) == url
 
 
 def test_the_owner_is_defaults_and_a_handler_only() -> None:

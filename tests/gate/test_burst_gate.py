@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gpupool.gate import boot
 from gpupool.gate.expect import FactsError, NodeExpect, burst_expect, node_expect
@@ -19,6 +18,7 @@ from gpupool.spec import loader
 from gpupool.spec.catalog import GPU_MODELS, INSTANCE_TYPES
 from gpupool.spec.model import NodeRole
 from tests.conftest import ROOT
+from tests.test_pool_defaults import resolve
 
 
 def _facts(stack: str = "lab") -> dict:
@@ -72,10 +72,10 @@ def test_facts_that_are_not_the_user_datas_are_refused(key: str, value: object) 
 def test_the_gate_dir_is_the_roles() -> None:
     """One place on the node: where role acceptance_gate unpacks the gate, where the burst
     boot and role admission run it from."""
-    defaults = yaml.safe_load((ROOT / "roles/acceptance_gate/defaults/main.yml").read_text())
-    admission = yaml.safe_load((ROOT / "roles/admission/defaults/main.yml").read_text())
-    assert defaults["acceptance_gate_dir"] + "/lib" == cloud.GATE_LIB
-    assert admission["admission_gate_dir"] == defaults["acceptance_gate_dir"]
+    pytest.importorskip("ansible")
+    gate_dir = resolve("acceptance_gate", "acceptance_gate_dir")
+    assert f"{gate_dir}/lib" == cloud.GATE_LIB
+    assert resolve("admission", "admission_gate_dir") == gate_dir
 
 
 def _boot(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
