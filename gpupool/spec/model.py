@@ -779,6 +779,14 @@ class Description(Strict):
     backup: Backup | None = None  # Backups of the Slurm controller.
     failover: Failover | None = None  # A backup Slurm controller.
     ids: Ids = Ids()  # Fixed Unix ids of members and team groups.
+    # The merge gate's budgets (`gpupool replay --compare`, docs/measuring.md): replay figure
+    # -> how far a revision of this description may move it on the same trace, e.g.
+    # `interactive.wait_p95: "+10%"` (may not grow by more than 10%), `makespan_s: "+30"`
+    # (seconds), `gpu_utilization_saturated: "-5%"`. Kept with the policy they guard, so
+    # a policy change and what it may cost are reviewed together.
+    replay_budgets: Annotated[dict[Annotated[str, Field(max_length=80)],
+                                   Annotated[str, Field(max_length=40)]],
+                              Field(max_length=50)] = {}
     # Where the description was read from (set by the loader), for tools run later that
     # must read the same file (the gate run by the admission role).
     _source: Path | None = PrivateAttr(default=None)
