@@ -25,6 +25,8 @@ EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 # An internal error (a bug), as sysexits.h's EX_SOFTWARE: apart from every code a verb
 # gives a meaning to (the gate's 3 is a node that could not be gated).
 EXIT_INTERNAL = 70
+# `replay --compare`: the replays ran and a declared budget broke (the merge gate's no).
+EXIT_BUDGET = 4
 
 
 class _Console(Console):

@@ -1,4 +1,6 @@
-"""Replay a trace on the lab's real Slurm under two policies in one run.
+"""Replay a trace on the lab's real Slurm under two policies in one run, or under two
+descriptions' policies (`replay --compare`: another description's slurm.conf policy and
+accounting put on the lab for its run, and the lab's own put back).
 
 - gpupool: the configuration the slurm role renders from the description (task classes as
   partitions with preemption that requeues, team quotas, fairshare, backfill);
@@ -12,6 +14,7 @@ on the shared checkpoint tier, so a preempted job resumes where it stopped.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import time
@@ -23,8 +26,16 @@ from typing import Any
 from gpupool.exercise.context import Context
 from gpupool.exercise.drills import convention_step
 from gpupool.lab.hosts import LabError
-from gpupool.lab.slurm_cluster import SlurmLab, SlurmLabError, onprem_nodes, playbook, wait_for
+from gpupool.lab.slurm_cluster import (
+    SlurmLab,
+    SlurmLabError,
+    onprem_nodes,
+    playbook,
+    slurm_role_vars,
+    wait_for,
+)
 from gpupool.render import slurm
+from gpupool.spec.model import Description
 from gpupool.workload.replay import Demand, Run
 from gpupool.workload.trace import TraceJob
 
@@ -37,6 +48,14 @@ CONF = "/etc/slurm/slurm.conf"
 # happens only when the baseline is in force (and replays the slurm role, minutes, when a
 # replay stopped halfway left it there).
 BASELINE_MARK = "# gpupool replay: manual-allocation baseline (slurm.yml restores the policy)"
+# The same for another description's policy in force (`replay --compare`).
+COMPARE_MARK = "# gpupool replay --compare: another description's policy (slurm.yml restores)"
+MARKS = (BASELINE_MARK, COMPARE_MARK)
+# roles/slurm/templates/slurm.conf.j2's line above the policy gpupool renders.
+POLICY_HEAD = "# Pool policy (gpupool slurm render)"
+# What `replay --compare` drains the nodes the other description lacks for: no value of
+# either description in it (it lands in a command line).
+DRAIN_REASON = "gpupool replay --compare: node not in the compared description"
 # Lines of slurm.conf the baseline replaces.
 _POLICY_KEYS = re.compile(r"^(PartitionName|PreemptType|PreemptMode|SchedulerType|"
                           r"PriorityType|PriorityWeight\w*)=")
@@ -72,7 +91,7 @@ def baseline_conf(desc: Any, current: str) -> str:
     if not owners:
         raise SlurmLabError("the baseline pins nodes to teams: set owner_team on the nodes")
     kept = [ln for ln in current.splitlines()
-            if not _POLICY_KEYS.match(ln) and ln != BASELINE_MARK]
+            if not _POLICY_KEYS.match(ln) and ln not in MARKS]
     return "\n".join([
         BASELINE_MARK,
         *kept,
@@ -93,7 +112,8 @@ def _restart_all(s: SlurmLab) -> None:
 
 
 def _is_baseline(conf: str) -> bool:
-    return BASELINE_MARK in conf.splitlines()
+    """The conf is not gpupool's own policy: the baseline's or another description's."""
+    return bool(set(MARKS) & set(conf.splitlines()))
 
 
 def gpupool_conf(s: SlurmLab) -> str | None:
@@ -127,6 +147,128 @@ def use_policy(s: SlurmLab, policy: str, saved: str | None = None) -> None:
     for node in s.desc.nodes:
         s.write(CONF, conf, node=node)
     _restart_all(s)
+
+
+def compared_nodes(lab: Description, other: Description) -> list[str]:
+    """The lab's nodes `other` lacks, which its replay runs without (drained). `other` must
+    fit the lab's hosts: nodes the lab has not, a controller or login node left out, or a
+    node declared otherwise (another class, rack, roles or addresses, or its class's
+    hardware changed) are refused: a replay compares policies on the hosts there are."""
+    added = sorted(set(other.nodes) - set(lab.nodes))
+    if added:
+        raise SlurmLabError(f"the compared description has nodes the lab has not: "
+                            f"{', '.join(added)[:200]}; it may only leave lab nodes out")
+    compute = set(onprem_nodes(lab))
+    missing = sorted(set(lab.nodes) - set(other.nodes))
+    if kept := [n for n in missing if n not in compute]:
+        raise SlurmLabError(f"the compared description leaves out {', '.join(kept)}, not "
+                            "a compute node: only compute nodes can be drained for it")
+    changed = sorted(n for n, node in other.nodes.items() if node != lab.nodes[n] or
+                     other.node_classes.get(node.class_) != lab.node_classes.get(node.class_))
+    if changed:
+        raise SlurmLabError(f"the compared description declares {', '.join(changed)[:200]} "
+                            "otherwise than the lab: compare policies on the same hosts")
+    if not set(onprem_nodes(lab)) - set(missing):
+        raise SlurmLabError("the compared description leaves no compute node of the lab")
+    return missing
+
+
+def policy_of(lab: Description, other: Description) -> Description:
+    """The lab with another description's policy: its teams (quotas, borrowing, members)
+    and task classes (partitions, QOS, priorities, preemption) on the lab's hosts."""
+    return lab.model_copy(update={"teams": other.teams, "task_classes": other.task_classes})
+
+
+def compare_conf(lab: Description, other: Description, saved: str) -> str:
+    """slurm.conf with the slurm role's daemon settings (those of `saved`, gpupool's own
+    policy in force) and the policy rendered from `other` on the lab's hosts."""
+    head, sep, _ = saved.partition(f"\n{POLICY_HEAD}\n")
+    if not sep:
+        raise SlurmLabError(f"{CONF} has no line {POLICY_HEAD!r}: not the slurm role's")
+    return "\n".join([COMPARE_MARK, *(ln for ln in head.splitlines() if ln not in MARKS),
+                      POLICY_HEAD, *slurm.slurm_conf(policy_of(lab, other))]) + "\n"
+
+
+SACCT_WAIT_S = 60  # slurmdbd busy after a restart; the limits need slurmctld's TRES
+
+
+def sacct_apply(s: SlurmLab, plan: str, phases: tuple[str, ...] = ("base", "limits")) -> None:
+    """Converge accounting to an accounting plan on the controller with the role's own
+    converger (QOS, accounts, members, then team limits), each phase retried while
+    slurmdbd or slurmctld is not answering yet (bounded)."""
+    v = slurm_role_vars()
+    for phase in phases:
+        cmd = (f"{shlex.quote(v['slurm_python'])} "
+               f"{shlex.quote(v['slurm_lib_dir'] + '/gpupool_sacct_apply.py')} "
+               f"{shlex.quote(plan)} --phase {phase}")
+        said: list[str] = []
+
+        def applied(cmd: str = cmd, said: list[str] = said) -> bool:
+            proc = s.sh(f"{cmd} 2>&1 && echo GPUPOOL_APPLIED", check=False)
+            said[:] = [proc[-500:]]
+            return "GPUPOOL_APPLIED" in proc
+
+        try:
+            wait_for(f"accounting {phase} applied", applied, SACCT_WAIT_S)
+        except LabError as exc:
+            raise SlurmLabError(f"{exc}: {said[0] if said else ''}") from exc
+
+
+def role_accounting() -> str:
+    """The accounting plan the slurm role applied (its accounting.json on the controller)."""
+    return f"{slurm_role_vars()['slurm_lib_dir']}/accounting.json"
+
+
+def use_other(s: SlurmLab, other: Description, saved: str, drain: list[str]) -> None:
+    """Put the lab on another description's policy: its slurm.conf on every node, its
+    accounts, QOS and team limits applied, and the lab nodes it lacks drained
+    (DRAIN_REASON). restore_policy() undoes it."""
+    lab = s.desc
+    conf = compare_conf(lab, other, saved)
+    # The role's plan's users kept whatever the description says (root, who submits).
+    keep = json.loads(s.sh(f"cat {shlex.quote(role_accounting())}")).get("keep_users", [])
+    plan = f"{slurm_role_vars()['slurm_lib_dir']}/compare-accounting.json"
+    s.write(plan, json.dumps({**slurm.accounting(policy_of(lab, other)), "keep_users": keep}))
+    sacct_apply(s, plan, ("base",))  # QOS of new classes exist before partitions name them
+    for node in lab.nodes:
+        s.write(CONF, conf, node=node)
+    _restart_all(s)
+    sacct_apply(s, plan, ("limits",))
+    for node in drain:
+        s.sh(f"scontrol update nodename={shlex.quote(node)} state=drain "
+             f"reason={shlex.quote(DRAIN_REASON)}")
+
+
+def team_limits(s: SlurmLab) -> dict[str, str]:
+    """Each account's GrpTRES as accounting holds it now (the team quotas in force)."""
+    out = s.sh(f"sacctmgr -n -P show assoc cluster={shlex.quote(s.desc.pool.name)} user= "
+               "format=account,user,grptres")
+    return {a: g for a, u, g in (ln.split("|", 2) for ln in out.splitlines()
+                                 if ln.count("|") == 2) if not u}
+
+
+def drained_by_compare(s: SlurmLab) -> list[str]:
+    """Nodes drained with DRAIN_REASON (`sinfo -R`), whatever run left them."""
+    out = s.sh("sinfo -h -R -N -o '%N|%E'")
+    return sorted({n for n, _, r in (ln.partition("|") for ln in out.splitlines())
+                   if r.strip() == DRAIN_REASON})
+
+
+def restore_policy(s: SlurmLab, saved: str | None) -> None:
+    """Back to the lab description's own policy after use_other: the nodes drained for it
+    resumed, gpupool's slurm.conf back (use_policy) and the role's accounting plan applied
+    again. Every step runs even when one before it failed; the first failure is raised."""
+    errors: list[BaseException] = []
+    for step in (lambda: [s.sh(f"scontrol update nodename={shlex.quote(n)} state=resume")
+                          for n in drained_by_compare(s)],
+                 lambda: use_policy(s, "gpupool", saved),
+                 lambda: sacct_apply(s, role_accounting())):
+        try:
+            step()
+        except Exception as exc:  # every step is tried; the first failure is raised
+            errors.append(exc)
+    if errors:
+        raise errors[0]
 
 
 def _submit_line(policy: str, job: TraceJob, begin: str, speedup: float, name: str) -> str:
@@ -279,17 +421,22 @@ def run_key() -> str:
 
 def replay_once(ctx: Context, policy: str, trace: list[TraceJob], *, speedup: float,
                 timeout_s: float, report: Callable[[str], None], run: str,
-                saved: str | None = None
+                saved: str | None = None, label: str | None = None
                 ) -> tuple[list[Run], list[Demand], dict[str, dict[str, int]]]:
-    """Replay the trace under one policy (saved: as use_policy takes it). Returns the runs,
+    """Replay the trace under one policy (saved: as use_policy takes it). label: the run's
+    name in job names and messages, given when the lab already holds the policy to replay
+    (`replay --compare` put another description's there): the policy is left as it is.
+    Returns the runs,
     the demands and what each job was seen pending for (job -> reason -> samples, one
     sample per poll while it waited). The figures returned are final before this returns:
     the next policy's restart of slurmctld cannot rewrite them."""
     s = ctx.slurm
     if not trace:  # nothing this policy can run: no figures to wait for
         return [], [], {}
-    use_policy(s, policy, saved)
-    prefix = f"{run}-{policy}-"
+    if label is None:
+        use_policy(s, policy, saved)
+    name = label or policy
+    prefix = f"{run}-{name}-"
     s.sh(f"rm -rf {ctx.root}/.gpupool/replay && mkdir -p {ctx.root}/.gpupool/replay")
     s.write(f"{ctx.root}/.gpupool/replay/work.sh", WORK.format(root=ctx.root))
     s.write(f"{ctx.root}/.gpupool/replay/job.sh", job_script(ctx.root))
@@ -302,7 +449,7 @@ def replay_once(ctx: Context, policy: str, trace: list[TraceJob], *, speedup: fl
             script=f"{ctx.root}/.gpupool/replay/job.sh"))
     s.write("/var/lib/gpupool/jobs/replay-submit.sh", "set -e\n" + "\n".join(lines))
     s.sh("bash /var/lib/gpupool/jobs/replay-submit.sh >/dev/null", timeout=300)
-    report(f"{policy}: {len(trace)} jobs submitted")
+    report(f"{name}: {len(trace)} jobs submitted")
     waited_on: dict[str, Counter[str]] = defaultdict(Counter)
 
     def finished() -> bool:
@@ -312,12 +459,12 @@ def replay_once(ctx: Context, policy: str, trace: list[TraceJob], *, speedup: fl
         return left == 0
 
     try:
-        wait_for(f"{policy}: every job finished", finished, timeout_s)
+        wait_for(f"{name}: every job finished", finished, timeout_s)
     except BaseException:
         cancel_left(s, prefix)  # the next replay, or policy, starts on an idle pool
         raise
     jobs = {j.job_id: j for j in trace}
     runs = collect(s, since, prefix, jobs)
     demands = offered(trace, speedup, t0)
-    report(f"{policy}: done in {time.time() - t0:.0f}s")
+    report(f"{name}: done in {time.time() - t0:.0f}s")
     return runs, demands, {j: dict(c) for j, c in waited_on.items()}

@@ -46,6 +46,13 @@ def monitoring_web() -> dict[str, Any]:
     return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
+def slurm_role_vars() -> dict[str, Any]:
+    """The slurm role's paths on the lab's Debian hosts (its lib directory, its python),
+    read where the role has them."""
+    path = SHARE / "roles" / "slurm" / "vars" / "Debian.yml"
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
 class SlurmLabError(RuntimeError):
     """The lab's Slurm did not reach the state asked for; the message says which."""
 

@@ -1,9 +1,11 @@
 """`gpupool replay`: a job trace replayed on the lab's Slurm under gpupool's policy and
-under the manual-allocation baseline, in one run."""
+under the manual-allocation baseline, in one run; with --compare, under the description's
+policy and another revision's, checking the declared budgets (the merge gate)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -12,15 +14,26 @@ from rich.markup import escape
 from rich.table import Table
 
 from gpupool.cli.numbers import positive_float, positive_int
-from gpupool.cli.output import EXIT_INVALID, EXIT_OK, cell, emit_json, err, out, project_cache
+from gpupool.cli.output import (
+    EXIT_BUDGET,
+    EXIT_INVALID,
+    EXIT_OK,
+    UsageError,
+    cell,
+    emit_json,
+    err,
+    out,
+    project_cache,
+)
 from gpupool.cli.registry import command
 from gpupool.exercise import replay_run
 from gpupool.exercise.context import Context
 from gpupool.lab import hosts, slurm_cluster
 from gpupool.render import slurm
 from gpupool.render.scheduling import class_policies
+from gpupool.spec import loader
 from gpupool.spec.model import Description
-from gpupool.workload import replay, trace
+from gpupool.workload import replay, replay_compare, trace
 
 
 def _setup(p: argparse.ArgumentParser) -> None:
@@ -45,13 +58,28 @@ def _setup(p: argparse.ArgumentParser) -> None:
                    help="random seed of the synthetic trace or the trace sample")
     p.add_argument("--speedup", type=positive_float, default=1.0,
                    help="trace seconds per wall second")
-    p.add_argument("--policies", type=_policies, default=list(replay_run.POLICIES),
+    p.add_argument("--policies", type=_policies, default=None,
                    help="the policies to replay under, comma-separated, of "
                         f"{', '.join(replay_run.POLICIES)} (default: both)")
+    p.add_argument("--compare", type=Path, metavar="OTHER",
+                   help="the merge gate: replay the trace under this description's policy "
+                        "and under OTHER's (a revision of it: quotas, classes, fewer "
+                        "compute nodes), gpupool's policy only; report each figure's change "
+                        "and exit 4 when a budget (the description's replay_budgets, "
+                        "--budget) broke")
+    p.add_argument("--budget", action="append", default=[], metavar="FIGURE=LIMIT",
+                   help="with --compare, a budget over the declared ones, e.g. "
+                        "interactive.wait_p95=+10%% (may not grow by more than 10%%), "
+                        "makespan_s=+0, gpu_utilization_saturated=-5%%")
+    p.add_argument("--strict", action="store_true",
+                   help="with --compare, a budget whose figure a run does not give (no "
+                        "interactive job, no saturated second: no evidence) fails the gate "
+                        "too")
     p.add_argument("--timeout", type=positive_float, default=900.0,
                    help="seconds to wait for each policy's jobs to finish")
     p.add_argument("--out", type=Path,
                    help="the report's folder: replay.md, replay.json and the plots "
+                        "(with --compare: compare.md, compare.json) "
                         "(default: .cache/replay in the project)")
 
 
@@ -116,6 +144,13 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
     from gpupool.workload import replay_report  # noqa: PLC0415
 
     args.out = args.out or project_cache(args, "replay")
+    if args.compare is None and (args.budget or args.strict):
+        raise UsageError("--budget and --strict go with --compare")
+    if args.compare is not None:
+        if args.policies not in (None, ["gpupool"]):
+            raise UsageError("--compare replays gpupool's policy of both descriptions: "
+                             "leave out --policies (the baseline is not compared)")
+        return _compare(args, desc)
     name, jobs = _trace(args, desc)
     replay_run.check_trace(desc, jobs)
     capacity, _ = _capacity(desc)
@@ -124,7 +159,7 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
     def report(msg: str) -> None:
         err.print(f"[dim]{time.monotonic() - start:6.1f}s[/] {escape(msg)}", highlight=False)
 
-    policies = args.policies
+    policies = args.policies or list(replay_run.POLICIES)
     runs, metrics, waits, t0 = {}, {}, {}, {}
     with hosts.lab_lock():
         s, _ = slurm_cluster.bring_up(desc, report=report)
@@ -179,3 +214,113 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
         out.print(f"report: {escape(str(path))}")
     done = all(m["completed"] == m["jobs"] for m in metrics.values())
     return EXIT_OK if done else EXIT_INVALID
+
+
+def _budgets(args: argparse.Namespace, desc: Description, other: Description
+             ) -> list[replay_compare.Budget]:
+    """The description's declared budgets with --budget over them (classes of either
+    description may be named)."""
+    classes = set(desc.task_classes) | set(other.task_classes)
+    declared = [replay_compare.parse_budget(f, v, classes, f"replay_budgets.{f[:80]}")
+                for f, v in desc.replay_budgets.items()]
+    given = [replay_compare.parse_option(text, classes) for text in args.budget]
+    return replay_compare.merge(declared, given)
+
+
+def _compare(args: argparse.Namespace, desc: Description) -> int:
+    """Replay the trace under desc's policy, then OTHER's, and check the budgets."""
+    other = loader.load_file(args.compare)  # a DescriptionError is reported as any
+    budgets = _budgets(args, desc, other)
+    drain = replay_run.compared_nodes(desc, other)
+    name, jobs = _trace(args, desc)
+    replay_run.check_trace(desc, jobs)
+    replay_run.check_trace(other, jobs)
+    start = time.monotonic()
+
+    def report(msg: str) -> None:
+        err.print(f"[dim]{time.monotonic() - start:6.1f}s[/] {escape(msg)}", highlight=False)
+
+    metrics: dict[str, dict] = {}
+    with hosts.lab_lock():
+        s, _ = slurm_cluster.bring_up(desc, report=report)
+        ctx = Context(desc, s)
+        run = replay_run.run_key()
+        saved = replay_run.gpupool_conf(s)
+        try:
+            for label, d in (("before", desc), ("after", other)):
+                capacity, _ = _capacity(d)
+                can, cannot = replay_run.runnable(d, "gpupool", jobs)
+                if label == "after":
+                    saved = saved or replay_run.gpupool_conf(s)  # the first run put it back
+                    if saved is None:
+                        raise slurm_cluster.SlurmLabError("gpupool's slurm.conf not in force")
+                    report(f"putting {args.compare} on the lab"
+                           + (f" ({', '.join(drain)} drained)" if drain else ""))
+                    replay_run.use_other(s, other, saved, drain)
+                # What the lab holds as the run starts: evidence of the policy replayed.
+                in_force = {"drained": replay_run.drained_by_compare(s),
+                            "team_limits": replay_run.team_limits(s)}
+                s.reset_usage(list(d.teams))  # both runs start without fairshare history
+                report(f"replaying {len(can)} jobs under the policy {label}")
+                rs, demands, waited_on = replay_run.replay_once(
+                    ctx, "gpupool", can, speedup=args.speedup, timeout_s=args.timeout,
+                    report=report, run=run, saved=saved,
+                    label=None if label == "before" else label)
+                metrics[label] = replay.metrics(rs, demands, capacity, speedup=args.speedup,
+                                                waited_on=waited_on)
+                metrics[label]["not_runnable"] = len(cannot)
+                metrics[label]["in_force"] = in_force
+        finally:
+            if replay_run.drained_by_compare(s) or not replay_run.gpupool_conf(s):
+                report("putting the lab back on its own policy")
+                replay_run.restore_policy(s, saved)
+    results = [replay_compare.check(b, metrics["before"], metrics["after"]) for b in budgets]
+    failing = replay_compare.verdict(results, args.strict)
+    result = {"trace": name, "jobs": len(jobs), "speedup": args.speedup,
+              "description": str(desc.source or ""), "compared": str(args.compare),
+              "drained": drain, "policies": metrics,
+              "changes": replay_compare.changes(metrics["before"], metrics["after"]),
+              "budgets": results, "strict": args.strict,
+              "broken": [r["budget"] for r in failing]}
+    _write_compare(args.out, result)
+    if args.json:
+        emit_json(result)
+    else:
+        table = Table(title=escape(f"Replay of {name}: before (the description) and after "
+                                   f"({args.compare})"), title_justify="left")
+        for col in ("figure", "before", "after", "change", "relative"):
+            table.add_column(col, justify="left" if col == "figure" else "right")
+        for c in result["changes"]:
+            rel = None if c["relative"] is None else f"{c['relative'] * 100:+.1f}%"
+            table.add_row(escape(c["figure"]), cell(c["before"]), cell(c["after"]),
+                          cell(c["change"]), cell(rel))
+        out.print(table)
+        for r in results:
+            word = {True: "BROKEN", False: "kept", None: "no evidence"}[r["broken"]]
+            out.print(escape(f"budget {r['budget']} ({r['source']}): {word}: {r['why']}"),
+                      highlight=False)
+        out.print(f"report: {escape(str(args.out / 'compare.md'))}")
+    if failing:
+        err.print(escape("budget broken: " + ", ".join(result["broken"])), highlight=False)
+        return EXIT_BUDGET
+    done = all(m["completed"] == m["jobs"] for m in metrics.values())
+    return EXIT_OK if done else EXIT_INVALID
+
+
+def _write_compare(folder: Path, result: dict) -> None:
+    """compare.json (everything) and compare.md (the table and the budgets)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "compare.json").write_text(json.dumps(result, indent=2) + "\n")
+    lines = [f"# Replay compare: {result['trace']}", "",
+             f"Before: {result['description']}; after: {result['compared']}"
+             + (f" (drained: {', '.join(result['drained'])})" if result["drained"] else ""),
+             "", "| figure | before | after | change | relative |", "|---|---|---|---|---|"]
+    lines += [f"| {c['figure']} | {cell(c['before'])} | {cell(c['after'])} | "
+              f"{cell(c['change'])} | "
+              f"{'' if c['relative'] is None else format(c['relative'] * 100, '+.1f') + '%'} |"
+              for c in result["changes"]]
+    lines += ["", "## Budgets", ""] + [
+        f"- `{r['budget']}` ({r['source']}): "
+        f"{ {True: 'BROKEN', False: 'kept', None: 'no evidence'}[r['broken']]}: {r['why']}"
+        for r in result["budgets"]] + ["", f"Broken: {', '.join(result['broken']) or 'none'}"]
+    (folder / "compare.md").write_text("\n".join(lines) + "\n")
