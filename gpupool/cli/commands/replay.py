@@ -62,11 +62,9 @@ def _setup(p: argparse.ArgumentParser) -> None:
                    help="the policies to replay under, comma-separated, of "
                         f"{', '.join(replay_run.POLICIES)} (default: both)")
     p.add_argument("--compare", type=Path, metavar="OTHER",
-                   help="the merge gate: replay the trace under this description's policy "
-                        "and under OTHER's (a revision of it: quotas, classes, fewer "
-                        "compute nodes), gpupool's policy only; report each figure's change "
-                        "and exit 4 when a budget (the description's replay_budgets, "
-                        "--budget) broke")
+                   help="the merge gate: the trace under this description's policy, then "
+                        "OTHER's (a revision: quotas, classes, fewer nodes); each figure's "
+                        "change, and exit 4 when a budget (replay_budgets, --budget) broke")
     p.add_argument("--budget", action="append", default=[], metavar="FIGURE=LIMIT",
                    help="with --compare, a budget over the declared ones, e.g. "
                         "interactive.wait_p95=+10%% (may not grow by more than 10%%), "
