@@ -18,7 +18,7 @@ from gpupool.exercise import replay_run
 from gpupool.lab import hosts
 from gpupool.lab.slurm_cluster import SlurmLabError
 from gpupool.render import slurm
-from gpupool.spec import loader
+from gpupool.spec import budgets, loader
 from gpupool.workload import replay_compare as rc
 from tests.conftest import ROOT
 from tests.test_replay import FileSlurm
@@ -44,10 +44,10 @@ def _metrics(makespan: float | None = 100.0, util: float | None = 0.9,
 ])
 def test_a_budget_reads_figure_direction_and_amount(text: str, figure: str, direction: int,
                                                     amount: float, relative: bool) -> None:
-    b = rc.parse_option(text, CLASSES)
+    b = budgets.parse_option(text, CLASSES)
     assert (b.figure, b.direction, b.amount, b.relative) == (figure, direction, amount,
                                                              relative)
-    assert rc.parse_option(b.text(), CLASSES) == b  # what the report says reads back
+    assert budgets.parse_option(b.text(), CLASSES) == b  # what the report says reads back
 
 
 @pytest.mark.parametrize(("text", "says"), [
@@ -66,21 +66,21 @@ def test_a_budget_reads_figure_direction_and_amount(text: str, figure: str, dire
     ("\x1b[2J=+1", "unknown figure"),
 ])
 def test_a_malformed_budget_is_refused_naming_it(text: str, says: str) -> None:
-    with pytest.raises(rc.BudgetError, match=None) as exc:
-        rc.parse_option(text, CLASSES)
+    with pytest.raises(budgets.BudgetError, match=None) as exc:
+        budgets.parse_option(text, CLASSES)
     assert says in str(exc.value), str(exc.value)
 
 
 def test_a_declared_budget_is_named_by_its_field() -> None:
-    with pytest.raises(rc.BudgetError, match=r"^replay_budgets\.makespan_s: limit 'ten'"):
-        rc.parse_budget("makespan_s", "ten", CLASSES, "replay_budgets.makespan_s")
+    with pytest.raises(budgets.BudgetError, match=r"^replay_budgets\.makespan_s: limit 'ten'"):
+        budgets.parse_budget("makespan_s", "ten", CLASSES, "replay_budgets.makespan_s")
 
 
 def test_the_command_line_replaces_a_declared_budget_of_the_same_figure_and_direction() -> None:
-    declared = [rc.parse_budget("makespan_s", "+10%", CLASSES, "replay_budgets.makespan_s"),
-                rc.parse_budget("makespan_s", "-50%", CLASSES, "replay_budgets.makespan_s"),
-                rc.parse_budget("completed", "-0", CLASSES, "replay_budgets.completed")]
-    given = [rc.parse_option("makespan_s=+0", CLASSES)]
+    declared = [budgets.parse_budget("makespan_s", "+10%", CLASSES, "replay_budgets.makespan_s"),
+                budgets.parse_budget("makespan_s", "-50%", CLASSES, "replay_budgets.makespan_s"),
+                budgets.parse_budget("completed", "-0", CLASSES, "replay_budgets.completed")]
+    given = [budgets.parse_option("makespan_s=+0", CLASSES)]
     assert [b.text() for b in rc.merge(declared, given)] == [
         "makespan_s=-50%", "completed=-0", "makespan_s=+0"]
 
@@ -110,7 +110,7 @@ def test_a_figure_only_one_run_has_changes_by_nothing_known() -> None:
 
 
 def _check(text: str, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    return rc.check(rc.parse_option(text, CLASSES), before, after)
+    return rc.check(budgets.parse_option(text, CLASSES), before, after)
 
 
 def test_a_budget_breaks_only_beyond_its_limit() -> None:
@@ -149,9 +149,9 @@ def test_no_evidence_is_neither_pass_nor_fail_and_fails_the_gate_only_when_stric
 def test_nan_never_reaches_a_verdict_as_a_pass() -> None:
     # The figures come from replay.metrics (rounded numbers or None); a NaN budget is
     # refused before any replay (test_a_malformed_budget_is_refused_naming_it).
-    assert not math.isnan(rc.MAX_PERCENT)
-    with pytest.raises(rc.BudgetError):
-        rc.parse_budget("makespan_s", "+NaN", CLASSES, "replay_budgets.makespan_s")
+    assert not math.isnan(budgets.MAX_PERCENT)
+    with pytest.raises(budgets.BudgetError):
+        budgets.parse_budget("makespan_s", "+NaN", CLASSES, "replay_budgets.makespan_s")
 
 
 # The compared description on the lab's hosts.
@@ -278,7 +278,9 @@ def test_declared_budgets_are_checked_naming_their_field(
     other = _write(tmp_path / "o.yaml", _raw())
     rc_ = cli.main(["replay", "--file", str(mine), "--compare", str(other)])
     assert rc_ == EXIT_INVALID
-    assert "replay_budgets.makespan_s: limit '-1e400'" in " ".join(capsys.readouterr().err.split())
+    # Refused when the description is read, before the lab is touched (rule replay-budget).
+    assert ("replay_budgets.makespan_s: [replay-budget] limit '-1e400'"
+            in " ".join(capsys.readouterr().err.split()))
     raw["replay_budgets"] = ["makespan_s=+0"]
     assert cli.main(["replay", "--file", str(_write(mine, raw)), "--compare",
                      str(other)]) == EXIT_INVALID

@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from itertools import combinations
 
-from gpupool.spec import cuda_driver, floors, gpu_detection, mig
+from gpupool.spec import budgets, cuda_driver, floors, gpu_detection, mig
 from gpupool.spec.catalog import (
     BUCKET_NAME_LENGTH,
     BUCKET_RESERVED_PREFIXES,
@@ -1168,6 +1168,19 @@ def _onprem_servers(desc: Description, source: str) -> list[str]:
         if not any(address.version == b.version and address in b for b in cloud_blocks):
             found.append(host)
     return found
+
+
+@rule("replay_budgets", "task_classes")
+def replay_budgets(desc: Description) -> Iterator[Problem]:
+    """Each declared merge-gate budget reads FIGURE=LIMIT (gpupool/spec/budgets.py), for a
+    figure a replay reports of this description's classes: a typo would otherwise show only
+    as "no evidence" when the gate runs, and pass."""
+    for figure, limit in desc.replay_budgets.items():
+        field = f"replay_budgets.{figure}"
+        try:
+            budgets.parse_budget(figure, limit, set(desc.task_classes), field)
+        except budgets.BudgetError as e:
+            yield Problem(field, "replay-budget", str(e).removeprefix(f"{field}: "), limit)
 
 
 def _tier_sync(name: str, tier: StorageTier) -> Iterator[Problem]:

@@ -31,7 +31,7 @@ from gpupool.exercise.context import Context
 from gpupool.lab import hosts, slurm_cluster
 from gpupool.render import slurm
 from gpupool.render.scheduling import class_policies
-from gpupool.spec import loader
+from gpupool.spec import budgets, loader
 from gpupool.spec.model import Description
 from gpupool.workload import replay, replay_compare, trace
 
@@ -215,20 +215,20 @@ def cmd_replay(args: argparse.Namespace, desc: Description) -> int:
 
 
 def _budgets(args: argparse.Namespace, desc: Description, other: Description
-             ) -> list[replay_compare.Budget]:
+             ) -> list[budgets.Budget]:
     """The description's declared budgets with --budget over them (classes of either
     description may be named)."""
     classes = set(desc.task_classes) | set(other.task_classes)
-    declared = [replay_compare.parse_budget(f, v, classes, f"replay_budgets.{f[:80]}")
+    declared = [budgets.parse_budget(f, v, classes, f"replay_budgets.{f[:80]}")
                 for f, v in desc.replay_budgets.items()]
-    given = [replay_compare.parse_option(text, classes) for text in args.budget]
+    given = [budgets.parse_option(text, classes) for text in args.budget]
     return replay_compare.merge(declared, given)
 
 
 def _compare(args: argparse.Namespace, desc: Description) -> int:
     """Replay the trace under desc's policy, then OTHER's, and check the budgets."""
     other = loader.load_file(args.compare)  # a DescriptionError is reported as any
-    budgets = _budgets(args, desc, other)
+    guarded = _budgets(args, desc, other)
     drain = replay_run.compared_nodes(desc, other)
     name, jobs = _trace(args, desc)
     replay_run.check_trace(desc, jobs)
@@ -272,7 +272,7 @@ def _compare(args: argparse.Namespace, desc: Description) -> int:
             if replay_run.drained_by_compare(s) or not replay_run.gpupool_conf(s):
                 report("putting the lab back on its own policy")
                 replay_run.restore_policy(s, saved)
-    results = [replay_compare.check(b, metrics["before"], metrics["after"]) for b in budgets]
+    results = [replay_compare.check(b, metrics["before"], metrics["after"]) for b in guarded]
     failing = replay_compare.verdict(results, args.strict)
     result = {"trace": name, "jobs": len(jobs), "speedup": args.speedup,
               "description": str(desc.source or ""), "compared": str(args.compare),
