@@ -431,6 +431,8 @@ def _problem(err: Any, model: type[BaseModel] | None = None) -> Problem:
         message = f"expected a mapping; it is {_what(err.get('input'))}"
     elif kind == "list_type":
         message = f"expected a list; it is {_what(err.get('input'))}"
+    elif kind == "bool_type":
+        message = "expected true or false (unquoted)"
     value = None if kind == "missing" else err.get("input")  # the parent is no offender
     return Problem(_path(loc) or "(top)", kind.replace("_", "-"), message, value)
 

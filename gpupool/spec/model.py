@@ -119,6 +119,9 @@ class Strict(BaseModel):
 # belongs is a mistake to name, not a value to coerce.
 Int = Annotated[int, StrictType()]
 Number = Annotated[float, StrictType()]  # an integer is a number too
+# A switch is YAML's true or false: "yes", "off" or 1 where a switch belongs is named, not
+# guessed at (a quoted "false" would otherwise be a value someone has to read twice).
+Bool = Annotated[bool, StrictType()]
 
 
 Region = Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9]$")]
@@ -146,7 +149,7 @@ class Pool(Strict):
     # Whether a controller may also be a login host: researchers would then have a shell
     # where slurmctld, the munge key, Prometheus and Alertmanager live. Said here, never
     # implied by a node's roles (rule controller-login-declared).
-    controller_login: bool = False
+    controller_login: Bool = False
     # The most the pool's cloud side may cost a month, in US dollars: the policy pack
     # refuses a plan whose cost ceiling (gpupool.render.cost: instances at max nodes for a
     # whole month, file systems, buckets at their tiers' sizes, NAT, endpoints, links) is
@@ -268,7 +271,7 @@ class BurstGroup(Strict):
     # The fewest nodes the group runs; at most max_nodes.
     min_nodes: Annotated[Int, Field(ge=0, le=1000)] = 0
     max_nodes: Annotated[Int, Field(ge=0, le=1000)]  # The most nodes the group runs at once.
-    efa: bool = False  # Give the instances EFA interfaces (every type must have EFA).
+    efa: Bool = False  # Give the instances EFA interfaces (every type must have EFA).
     team: str | None = None  # None: shared by every team
 
 
@@ -333,12 +336,12 @@ class TaskClass(Strict):
     # The class's priority; unique among classes.
     priority: Annotated[Int, Field(ge=1, le=1_000_000)]
     max_runtime: Duration  # The longest a job of the class may run.
-    preemptible: bool  # Whether jobs of higher classes may preempt this class's jobs.
+    preemptible: Bool  # Whether jobs of higher classes may preempt this class's jobs.
     # How long a preempted job has to save its work before it is stopped; preemptible
     # classes only, shorter than max_runtime.
     grace_time: Duration = "0s"
     # Requeue a preempted job instead of cancelling it; preemptible classes only.
-    requeue: bool = False
+    requeue: Bool = False
     # The task classes whose jobs this class preempts: each preemptible and of lower
     # priority.
     preempts: list[str] = []
@@ -394,9 +397,8 @@ class TierSync(Strict):
     # started twice.
     every_minutes: Annotated[Int, Field(ge=5, le=1440)] = 60
     # Remove at the destination what the source no longer has (rclone sync). Off: copy
-    # new and changed files only (rclone copy), never delete. A YAML true or false only:
-    # a quoted "yes" is not taken for leave to delete.
-    delete: Annotated[bool, StrictType()] = False
+    # new and changed files only (rclone copy), never delete.
+    delete: Bool = False
 
 
 class Temperature(StrEnum):
@@ -485,7 +487,7 @@ class StorageTier(Strict):
     size_tib: Annotated[Number, Field(gt=0, le=100_000)]  # Its size, TiB.
     retention_days: Annotated[Int, Field(ge=1, le=36500)]  # How many days data is kept.
     mount: Mount | None = None  # How nodes mount it; absent: a bucket only.
-    versioning: bool = False  # Keep earlier versions of a bucket's objects.
+    versioning: Bool = False  # Keep earlier versions of a bucket's objects.
     lifecycle: list[Transition] = []  # When a bucket's objects move to colder storage.
     # Where the tier lives (Location). Absent: a tier without a mount is a bucket in the
     # cloud (all it can be) and a mounted tier is on-prem; a mounted tier with a cloud side
@@ -512,7 +514,7 @@ class Segment(Strict):
     cloud_cidr: Cidr | None = None
     vlan: Annotated[Int, Field(ge=1, le=4094)]  # The segment's VLAN id; unique among segments.
     mtu: Annotated[Int, Field(ge=1280, le=9216)] = 1500  # The segment's MTU.
-    rdma: bool = False  # Whether the segment carries RDMA.
+    rdma: Bool = False  # Whether the segment carries RDMA.
 
 
 class Flow(Strict):
