@@ -36,6 +36,7 @@ from gpupool.spec.facts import controller
 from gpupool.spec.model import Description, Role
 from tests.integration.conftest import ansible_playbook
 from tests.test_monitoring import series_read
+from tests.test_pool_defaults import resolve
 
 pytestmark = pytest.mark.integration
 wait_for = slurm_cluster.wait_for
@@ -484,12 +485,12 @@ def explained(what: str, probe: Callable[[], T | None], evidence: Callable[[], s
         raise hosts.LabError(f"{exc}\n{evidence()}") from None
 
 
-# Where role storage has the collector write: its public default, not a second copy.
 # The monitoring role's paths and service user on Debian.
 MONITORING = yaml.safe_load((Path(__file__).resolve().parents[2]
                              / "roles/monitoring/vars/Debian.yml").read_text())
-TEXTFILE = (yaml.safe_load((Path(__file__).resolve().parents[2] / "roles/storage/defaults/"
-                            "main.yml").read_text())["storage_checkpoint_age_textfile_dir"]
+# Where role storage has the collector write: its public default as Ansible resolves it
+# (through role pool_defaults, the textfile directory's one owner), not a second copy.
+TEXTFILE = (str(resolve("storage", "storage_checkpoint_age_textfile_dir"))
             + "/gpupool_checkpoint_age.prom")
 STRAY_JOB = 999_999_999  # a job id the lab never reaches
 
