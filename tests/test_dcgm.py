@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import stat
 import subprocess
@@ -21,7 +22,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpupool.lab import mirror
+from gpupool.lab import fixture_dcgm_exporter, mirror
 from gpupool.spec import catalog, loader
 from tests.conftest import ROOT, render_role_template
 
@@ -238,7 +239,8 @@ def exporter(tmp_path: Path) -> Iterator[tuple[str, Path, Path]]:
         [sys.executable, str(program), "--remote-hostengine-info", "localhost:5555",
          "--collectors", str(counters), "--address", f"127.0.0.1:{port}",
          "--hpc-job-mapping-dir", str(job_map), "--unknown-flag", "x"],
-        env={**os.environ, "GPUPOOL_FIXTURE_DEV_DIR": str(devices)},
+        env={**os.environ, "GPUPOOL_FIXTURE_DEV_DIR": str(devices),
+             "GPUPOOL_FIXTURE_PROC_DIR": str(tmp_path / "proc")},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}/metrics"
     try:
@@ -381,3 +383,110 @@ def test_health_series_refused_in_a_linked_directory(tmp_path: Path) -> None:
     link.symlink_to(real)
     done = _health(tmp_path, link)
     assert "symbolic link" in done.stderr and list(real.iterdir()) == []
+
+
+# --- what the FIXTURE exporter reports: the CPU activity of a GPU's job -------------------
+
+def _proc(root: Path, pid: int, ppid: int, ticks: int, comm: str = "bash",
+          title: str = "") -> None:
+    """A process in a fake /proc: its stat (utime ticks, the rest 0) and its cmdline."""
+    d = root / str(pid)
+    d.mkdir(parents=True, exist_ok=True)
+    fields = ["S", str(ppid), *["0"] * 9, str(ticks), "0", "0", "0", *["0"] * 5]
+    (d / "stat").write_text(f"{pid} ({comm}) {' '.join(fields)}\n")
+    (d / "cmdline").write_text((title or comm).replace(" ", "\0") + "\0")
+
+
+def test_a_jobs_cpu_ticks_are_those_of_the_processes_below_its_slurmstepd(
+        tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    _proc(proc, 1, 0, 5000, "systemd")
+    _proc(proc, 10, 1, 700, "slurmstepd", "slurmstepd: [77.batch]")  # not the job's work
+    _proc(proc, 11, 10, 30)  # the batch script
+    _proc(proc, 12, 11, 200, "python3")  # what it runs
+    _proc(proc, 20, 1, 9, "slurmstepd", "slurmstepd: [78.extern]")
+    _proc(proc, 21, 20, 4, "sleep")
+    _proc(proc, 30, 1, 900, "slurmd")
+    (proc / "40").mkdir()  # a process gone between listing and reading: no stat
+    (proc / "self").mkdir()
+    assert fixture_dcgm_exporter.job_cpu_ticks(str(proc), {"77", "78", "79"}) == {
+        "77": 230, "78": 4}
+    assert fixture_dcgm_exporter.job_cpu_ticks(str(proc), {"78"}) == {"78": 4}
+    assert fixture_dcgm_exporter.job_cpu_ticks(str(proc), set()) == {}
+    assert fixture_dcgm_exporter.job_cpu_ticks(str(tmp_path / "none"), {"77"}) == {}
+
+
+def test_activity_is_cpu_percent_between_scrapes_per_gpu_clamped(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    hz = fixture_dcgm_exporter.CLOCK_TICKS
+    _proc(proc, 10, 1, 0, "slurmstepd", "slurmstepd: [77.batch]")
+    _proc(proc, 11, 10, 0)
+    _proc(proc, 20, 1, 0, "slurmstepd", "slurmstepd: [78.batch]")
+    _proc(proc, 21, 20, 0, "sleep")
+    now = [100.0]
+    activity = fixture_dcgm_exporter.Activity(str(proc), clock=lambda: now[0])
+    # First sight: no previous scrape, 0.
+    assert activity.update({"77": 2, "78": 1}) == {"77": 0.0, "78": 0.0}
+    now[0] += 10
+    _proc(proc, 11, 10, 10 * hz)  # one CPU busy for the 10 s, over 2 GPUs: 50 % each
+    assert activity.update({"77": 2, "78": 1}) == {"77": 50.0, "78": 0.0}
+    # Sooner than MIN_INTERVAL_S: the same values, /proc not read again.
+    _proc(proc, 11, 10, 1000 * hz)
+    assert activity.update({"77": 2, "78": 1}) == {"77": 50.0, "78": 0.0}
+    now[0] += 10
+    # Four CPUs' worth on 2 GPUs is 200 %: clamped to 100. Its process then vanishes:
+    # the job's ticks fall, which is no negative activity.
+    assert activity.update({"77": 2, "78": 1})["77"] == 100.0
+    for name in ("stat", "cmdline"):
+        (proc / "11" / name).unlink()
+    now[0] += 10
+    assert activity.update({"77": 2, "78": 1})["77"] == 0.0
+    # An ended job is forgotten: back, it starts afresh.
+    assert activity.update({"78": 1}) == {"78": 0.0}
+    assert "77" not in activity.last
+
+
+def test_utilisation_like_counters_follow_the_activity_the_rest_stay_0() -> None:
+    value = fixture_dcgm_exporter.value
+    assert value("DCGM_FI_DEV_GPU_UTIL", 40.0) == 40.0
+    assert value("DCGM_FI_DEV_MEM_COPY_UTIL", 40.0) == 40.0
+    assert value("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 40.0) == 0.4
+    assert value("DCGM_FI_PROF_DRAM_ACTIVE", 40.0) == 0.4
+    for field in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_XID_ERRORS"):
+        assert value(field, 40.0) == 0.0
+
+
+def test_fixture_exporter_reports_a_busy_jobs_gpu_as_used(exporter: tuple[str, Path, Path],
+                                                          tmp_path: Path) -> None:
+    """Through HTTP, as Prometheus reads it: the job's GPU follows its processes' CPU
+    time, the other GPU stays 0, the help text says FIXTURE."""
+    url, _, job_map = exporter
+    proc = tmp_path / "proc"  # the exporter fixture's GPUPOOL_FIXTURE_PROC_DIR
+    (job_map / "1").write_text("77\n")
+    _proc(proc, 10, 1, 0, "slurmstepd", "slurmstepd: [77.batch]")
+    _proc(proc, 11, 10, 0)
+    _, help_, labels, values = _scrape(url)["DCGM_FI_DEV_GPU_UTIL"]  # first sight: 0
+    assert values == [0.0, 0.0]
+    assert help_.startswith("FIXTURE, not GPU data")
+    # Far more CPU time than the wall time between the scrapes can hold: clamped to 100
+    # however long they are apart (a scrape sooner than MIN_INTERVAL_S would reuse 0).
+    _proc(proc, 11, 10, 10**9)
+    time.sleep(fixture_dcgm_exporter.MIN_INTERVAL_S + 0.2)
+    got = _scrape(url)
+    _, _, labels, values = got["DCGM_FI_DEV_GPU_UTIL"]
+    assert [(x["gpu"], x.get("hpc_job"), v) for x, v in zip(labels, values, strict=True)] == [
+        ("0", None, 0.0), ("1", "77", 100.0)]
+    assert got["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"][3] == [0.0, 1.0]
+    assert got["DCGM_FI_DEV_FB_USED"][3] == [0.0, 0.0]
+
+
+@pytest.mark.skipif(not shutil.which("dpkg-deb"), reason="dpkg-deb is not installed")
+def test_a_fixture_package_is_rebuilt_when_its_program_changes(tmp_path: Path) -> None:
+    """The lab's fixture packages are cached by name and version: an edited fixture
+    program (this exporter) must still reach the next lab, not the cached build."""
+    first = mirror._deb(tmp_path, "fx", "1-1", {"usr/bin/fx": "#!/bin/sh\necho 1\n"}, "F")
+    built = first.read_bytes()
+    again = mirror._deb(tmp_path, "fx", "1-1", {"usr/bin/fx": "#!/bin/sh\necho 1\n"}, "F")
+    assert again == first and again.read_bytes() == built  # unchanged: kept
+    changed = mirror._deb(tmp_path, "fx", "1-1", {"usr/bin/fx": "#!/bin/sh\necho 2\n"}, "F")
+    assert changed == first and changed.read_bytes() != built

@@ -11,6 +11,7 @@ nothing about GPU behaviour follows from them.
 
 from __future__ import annotations
 
+import filecmp
 import hashlib
 import os
 import shutil
@@ -182,8 +183,14 @@ def _fixture_files(desc: Description) -> dict[str, tuple[str, dict[str, str]]]:
 def _deb(dest: Path, name: str, version: str, files: dict[str, str], mark: str) -> Path:
     """A package of files, built once into dest."""
     deb = dest / f"{name}_{version.replace(':', '%3a')}_amd64.deb"
-    if deb.exists():
+    # Rebuilt when its content changes (a fixture program edited), not only when absent:
+    # the digest of what went in is kept beside it.
+    digest = hashlib.sha256(repr((name, version, sorted(files.items()), mark)).encode()
+                            ).hexdigest()
+    sidecar = deb.with_name(deb.name + ".sha256")
+    if deb.exists() and sidecar.exists() and sidecar.read_text() == digest:
         return deb
+    deb.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for rel, content in files.items():
@@ -197,6 +204,7 @@ def _deb(dest: Path, name: str, version: str, files: dict[str, str], mark: str) 
             f"Maintainer: gpupool lab <lab@gpupool.invalid>\n"
             f"Description: {mark}\n")
         _run(["dpkg-deb", "--root-owner-group", "-b", str(root), str(deb)])
+    sidecar.write_text(digest)
     return deb
 
 
@@ -242,13 +250,19 @@ def build(desc: Description, mirror: Path, debs: list[Path], gnupg: Path) -> str
             old.unlink()
     for deb in debs:
         target = pool / deb.name
+        if target.exists() and not os.path.samefile(deb, target) \
+                and not filecmp.cmp(deb, target, shallow=False):
+            target.unlink()  # a fixture package rebuilt under the same name
         if not target.exists():
             try:
                 os.link(deb, target)
             except OSError:
                 shutil.copy2(deb, target)
     env = _signing_key(gnupg)
-    stamp = hashlib.sha256(repr(sorted(names)).encode()).hexdigest()
+    # Names and sizes and times: a package rebuilt under its name is indexed again.
+    stamp = hashlib.sha256(repr(sorted(
+        (d.name, (pool / d.name).stat().st_size, (pool / d.name).stat().st_mtime_ns)
+        for d in debs)).encode()).hexdigest()
     if (mirror / ".stamp").exists() and (mirror / ".stamp").read_text() == stamp:
         return (mirror / KEY_NAME).read_text()
     packages = _run(["apt-ftparchive", "packages", "pool"], cwd=mirror)
