@@ -29,13 +29,17 @@ class FakeSlurm:
     """FIXTURE Slurm: squeue answers the given running jobs; every command is recorded;
     commands whose first words are in `refuse` fail as Slurm would."""
 
-    def __init__(self, squeue: str, refuse: tuple[str, ...] = ()) -> None:
-        self.squeue, self.refuse, self.calls = squeue, refuse, []
+    def __init__(self, squeue: str, refuse: tuple[str, ...] = (), show: str = "") -> None:
+        self.squeue, self.refuse, self.show, self.calls = squeue, refuse, show, []
 
     def __call__(self, argv: list[str]) -> str:
         self.calls.append(argv)
         if argv[0] == "squeue":
             return self.squeue
+        if argv[:4] == ["scontrol", "-o", "show", "job"]:
+            if "show" in self.refuse:
+                raise ir.Unavailable("scontrol: Invalid job id specified")
+            return self.show
         if " ".join(argv[:2]) in self.refuse or argv[0] in self.refuse:
             raise ir.Unavailable(f"{argv[0]}: Invalid job id specified")
         return ""
@@ -257,3 +261,71 @@ def test_main_says_why_nothing_was_judged(tmp_path: Path, caplog: pytest.LogCapt
     config.write_text("[]")
     assert ir.main(["--config", str(config), "--state", str(state)]) == 2
     assert ir.main(["--config", str(tmp_path / "missing"), "--state", str(state)]) == 2
+
+
+# As Slurm 22.05 and 23.02+ print a running job (one line, -o).
+SHOW_22 = ("JobId=41 JobName=nb UserId=ana(1001) Partition=interactive "
+           "TRES=cpu=4,mem=16G,node=1,billing=4,gres/gpu=2,gres/gpu:fixture=2 "
+           "TresPerJob=gres:gpu:2 AdminComment=x")
+SHOW_23 = ("JobId=41 ReqTRES=cpu=1,mem=1G,node=1,billing=1,gres/gpu=8 "
+           "AllocTRES=cpu=4,mem=16G,node=1,billing=4,gres/gpu=3")
+
+
+@pytest.mark.parametrize(("show", "gpus"), [(SHOW_22, 2), (SHOW_23, 3), ("", 0),
+                                            ("JobId=41 TRES=cpu=4,node=1", 0)])
+def test_gpus_held_are_the_allocated_ones(show: str, gpus: int) -> None:
+    job = ir.Job("41", "interactive", "vision", NOW)
+    assert ir.gpus_held(FakeSlurm("", show=show), job) == gpus
+    assert ir.gpus_held(FakeSlurm("", refuse=("show",), show=show), job) == 0
+
+
+def test_an_action_counts_the_idle_gpu_hours_it_ended(tmp_path: Path,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """GPUs held x (the class's window + warning to action), per class, team and step; in
+    the journal line, the AdminComment, the state and the textfile."""
+    squeue = f"41|interactive|vision|{started(900)}\n"
+    warned_at = NOW - 180  # the warning came 180 s ago; the window is RULE.after_s (600 s)
+    slurm = FakeSlurm(squeue, show=SHOW_22)
+    caplog.set_level("INFO")
+    state = ir.reclaim({"interactive": RULE}, {"warned": {"41": warned_at}}, slurm,
+                       fake_query({"41": 0.0}, {"41": 40.0}), NOW)
+    want = 2 * (600 + 180) / 3600
+    assert state["gpu_hours"] == {"interactive|vision|cancelled": pytest.approx(want)}
+    assert ["scancel", "41"] in slurm.taken()
+    comment = next(c[3] for c in slurm.taken() if c[:2] == ["scontrol", "update"])
+    assert "2 GPU(s) idle 780s: 0.433 GPU-hours reclaimed" in comment
+    assert "job 41 (class interactive, team vision): cancelled:" in caplog.text
+    assert "0.433 GPU-hours reclaimed" in caplog.text
+    # A second action adds; a requeue is its own step.
+    state["warned"] = {"41": NOW}
+    state = ir.reclaim({"interactive": ir.Rule(600, 0, "requeue", 0)}, state, slurm,
+                       fake_query({"41": 0.0}, {"41": 40.0}), NOW)
+    assert state["gpu_hours"]["interactive|vision|requeued"] == pytest.approx(2 * 600 / 3600)
+    path = tmp_path / "state.json"
+    ir.write_state(str(path), state)
+    assert ir.read_state(str(path))["gpu_hours"] == state["gpu_hours"]
+    prom = tmp_path / "idle.prom"
+    ir.write_textfile(str(prom), state["counts"], gpu_hours={
+        **state["gpu_hours"], "a|b|warned": 5.0})
+    text = prom.read_text()
+    assert "# HELP gpupool_idle_reclaim_gpu_hours_total Idle GPU-hours" in text
+    assert ('gpupool_idle_reclaim_gpu_hours_total{class="interactive",step="cancelled",'
+            f'team="vision"}} {want!r}') in text
+    assert 'step="warned"' not in text.split("gpupool_idle_reclaim_gpu_hours_total", 1)[1]
+
+
+def test_an_action_on_a_job_whose_gpus_slurm_does_not_show_counts_no_hours() -> None:
+    slurm = FakeSlurm(f"41|interactive|vision|{started(900)}\n", refuse=("show",))
+    state = ir.reclaim({"interactive": RULE}, {"warned": {"41": NOW - 180}}, slurm,
+                       fake_query({"41": 0.0}, {"41": 40.0}), NOW)
+    assert ["scancel", "41"] in slurm.taken()
+    assert state["counts"] == {"interactive|vision|cancelled": 1}
+    assert "gpu_hours" not in state
+
+
+def test_damaged_gpu_hours_are_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    path.write_text('{"gpu_hours": {"a|b|cancelled": 1.5, "a|b|requeued": -1, '
+                    '"c|d|cancelled": "x", "e|f|cancelled": true, "g|h|cancelled": 2}}')
+    assert ir.read_state(str(path))["gpu_hours"] == {"a|b|cancelled": 1.5,
+                                                     "g|h|cancelled": 2.0}

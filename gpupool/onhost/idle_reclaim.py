@@ -15,6 +15,15 @@ accounting: `sacct -o JobID,AdminComment`), a line in the journal per step, and
 requeued) for node_exporter's textfile collector. A warning also goes to the job's srun
 or salloc with `scontrol notify`, where it has one.
 
+What a cancel or requeue took back is counted too, as idle GPU-hours:
+`gpupool_idle_reclaim_gpu_hours_total{class, team, step}` (step: cancelled, requeued) adds,
+per action, the GPUs the job held (scontrol's AllocTRES gres/gpu) x the time they were
+idle before it: the class's window before the warning (`after`) plus the time from the
+warning to the action. That is idle time measured and ended, a lower bound of how long
+the GPUs sat unused; it is not a forecast of what the job would still have held (its
+time left). The journal line and the AdminComment of the action say the same figures. A
+job whose GPUs scontrol does not show counts 0 GPU-hours.
+
 State between runs (which jobs were warned, when, and the counts) is one JSON file,
 replaced atomically. The roles/idle_reclaim timer runs this as root every minute:
 
@@ -70,6 +79,9 @@ URL = re.compile(r"https?://[A-Za-z0-9.:\[\]-]+")
 USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 PATH = re.compile(r"(/[A-Za-z0-9_][-A-Za-z0-9_.]*)+")
 STEPS = ("warned", "cleared", "cancelled", "requeued")
+# scontrol -o show job: AllocTRES (TRES on older Slurm; never ReqTRES) and its GPU count.
+TRES = re.compile(r"(?<![A-Za-z])(?:Alloc)?TRES=(\S*)")
+GPUS = re.compile(r"(?:^|,)gres/gpu=([0-9]+)(?:,|$)")
 DONE = {"cancel": "cancelled", "requeue": "requeued"}  # a class's action, as a step
 COMMAND = {"cancelled": ["scancel"], "requeued": ["scontrol", "requeue"]}
 
@@ -227,6 +239,19 @@ def idle_jobs(query: Query, window_s: int, threshold: int) -> set[str]:
             if v <= threshold and fewest.get(j, 0) >= MIN_SAMPLES and JOB_ID.fullmatch(j)}
 
 
+def gpus_held(run: Run, job: Job) -> int:
+    """The GPUs a job holds, from scontrol; 0 when Slurm does not say."""
+    try:
+        out = run(["scontrol", "-o", "show", "job", job.id])
+    except Unavailable as e:
+        log.info("job %s: GPUs held unknown (%s): counted 0 GPU-hours", job.id, e)
+        return 0
+    for m in TRES.finditer(out):
+        if gpus := GPUS.search(m.group(1)):
+            return int(gpus.group(1))
+    return 0
+
+
 def act(run: Run, job: Job, step: str, note: str) -> bool:
     """One step on a job, recorded in its AdminComment first; False when Slurm refused
     (the job ended meanwhile, say). A warning's notify is best effort: a batch job has no
@@ -250,15 +275,18 @@ def act(run: Run, job: Job, step: str, note: str) -> bool:
 
 def reclaim(rules: dict[str, Rule], state: dict[str, Any], run: Run, query: Query,
             now: float) -> dict[str, Any]:
-    """One pass; returns the new state ({"warned": {job: epoch}, "counts": {...}})."""
+    """One pass; returns the new state ({"warned": {job: epoch}, "counts": {...}}, and
+    "gpu_hours": {class|team|step: idle GPU-hours} once an action counted some)."""
     warned: dict[str, float] = dict(state.get("warned", {}))
     counts: dict[str, int] = dict(state.get("counts", {}))
+    gpu_hours: dict[str, float] = dict(state.get("gpu_hours", {}))
     jobs = running_jobs(run, set(rules))
     # Prometheus is asked only when there is a job to judge.
     windows = {rules[j.klass].window for j in jobs}
     idle = {w: idle_jobs(query, *w) for w in windows}
     for job in jobs:
         rule = rules[job.klass]
+        hours = 0.0  # idle GPU-hours an action ends
         is_idle = job.id in idle[rule.window] \
             and now - job.start >= rule.after_s
         if job.id not in warned and is_idle:
@@ -269,7 +297,12 @@ def reclaim(rules: dict[str, Rule], state: dict[str, Any], run: Run, query: Quer
             step, note = "cleared", "its GPUs are in use again"
         elif job.id in warned and now - warned[job.id] >= rule.warn_s:
             step = DONE[rule.action]
-            note = f"its GPUs stayed idle {rule.warn_s}s after the warning"
+            # Idle GPU-hours ended by the action: GPUs held x (window + warning to now).
+            idle_s = rule.after_s + max(0.0, now - warned[job.id])
+            gpus = gpus_held(run, job)
+            hours = gpus * idle_s / 3600
+            note = (f"its GPUs stayed idle {rule.warn_s}s after the warning; "
+                    f"{gpus} GPU(s) idle {idle_s:.0f}s: {hours:.3f} GPU-hours reclaimed")
         else:
             continue
         if not act(run, job, step, note):
@@ -280,9 +313,15 @@ def reclaim(rules: dict[str, Rule], state: dict[str, Any], run: Run, query: Quer
             warned.pop(job.id, None)
         key = f"{job.klass}|{job.team}|{step}"
         counts[key] = counts.get(key, 0) + 1
+        if step in COMMAND and hours > 0:
+            gpu_hours[key] = gpu_hours.get(key, 0.0) + hours
     # A warned job that ended by itself is forgotten.
     running = {j.id for j in jobs}
-    return {"warned": {j: t for j, t in warned.items() if j in running}, "counts": counts}
+    out: dict[str, Any] = {"warned": {j: t for j, t in warned.items() if j in running},
+                           "counts": counts}
+    if gpu_hours:
+        out["gpu_hours"] = gpu_hours
+    return out
 
 
 def write_state(path: str, state: dict[str, Any]) -> None:
@@ -311,12 +350,20 @@ def read_state(path: str) -> dict[str, Any]:
                 } if isinstance(raw, dict) else {}
     state: dict[str, Any] = {"warned": entries("warned", (int, float)),
                              "counts": entries("counts", int)}
+    hours = {k: float(v) for k, v in entries("gpu_hours", (int, float)).items()
+             if math.isfinite(v) and v >= 0}
+    if hours:
+        state["gpu_hours"] = hours
     last = data.get("last_success")
     if isinstance(last, (int, float)) and not isinstance(last, bool) and math.isfinite(last):
         state["last_success"] = float(last)
     return state
 
 
+GPU_HOURS_HELP = ("Idle GPU-hours ended by idle reclaim's cancel or requeue, per class and "
+                  "team: per action, the GPUs the job held x the time they were idle before "
+                  "it (the class's window before the warning plus warning to action); not "
+                  "the job's time left")
 PREFIX = "gpupool_idle_reclaim_"
 # The gauges beside the counter (the IdleReclaimNotRunning alert reads them).
 SERIES = {f"{PREFIX}{k}": doc for k, doc in (
@@ -325,9 +372,11 @@ SERIES = {f"{PREFIX}{k}": doc for k, doc in (
 
 
 def write_textfile(path: str, counts: dict[str, int], up: bool = True,
-                   last_success: float = 0.0) -> None:
-    """The steps taken, and whether this run judged the jobs (up) and when one last did:
-    the IdleReclaimNotRunning alert reads those two."""
+                   last_success: float = 0.0, gpu_hours: dict[str, float] | None = None
+                   ) -> None:
+    """The steps taken and the idle GPU-hours the actions ended, and whether this run
+    judged the jobs (up) and when one last did: the IdleReclaimNotRunning alert reads
+    those two."""
     registry = CollectorRegistry()
     total = Counter("gpupool_idle_reclaim", "Idle-GPU reclaim steps taken, per class and team",
                     ["class", "team", "step"], registry=registry)
@@ -335,6 +384,12 @@ def write_textfile(path: str, counts: dict[str, int], up: bool = True,
         klass, team, step = [*key.split("|"), "", "", ""][:3]
         if step in STEPS:
             total.labels(klass, team, step).inc(n)
+    hours = Counter("gpupool_idle_reclaim_gpu_hours", GPU_HOURS_HELP, ["class", "team", "step"],
+                    registry=registry)
+    for key, h in sorted((gpu_hours or {}).items()):
+        klass, team, step = [*key.split("|"), "", "", ""][:3]
+        if step in COMMAND:
+            hours.labels(klass, team, step).inc(h)
     values = {"up": 1.0 if up else 0.0, "last_success_seconds": last_success}
     for name, doc in SERIES.items():
         Gauge(name, doc, registry=registry).set(values[name.removeprefix(PREFIX)])
@@ -370,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
         write_state(args.state, state)
     if args.textfile:
         write_textfile(args.textfile, state.get("counts", {}), up=failed is None,
-                       last_success=state.get("last_success", 0.0))
+                       last_success=state.get("last_success", 0.0),
+                       gpu_hours=state.get("gpu_hours", {}))
     if failed is not None:
         # Exit 1: the unit tries again shortly (a controller restarting answers nothing
         # for a few seconds); the textfile's up=0 is what on-call is alerted on.
