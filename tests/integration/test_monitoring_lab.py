@@ -529,15 +529,20 @@ def test_an_idle_job_is_warned_then_cancelled_and_recorded(pool: slurm_cluster.S
     """Idle-GPU reclaim (issue 16, role idle_reclaim): a running job of a class that
     declares idle_reclaim, whose GPUs report idle in Prometheus for the class's window, is
     warned in its AdminComment, then cancelled after the warning, each step recorded
-    (accounting, journal, gpupool_idle_reclaim_total); an equally idle job of a class
-    without the rule runs on.
+    (accounting, journal, gpupool_idle_reclaim_total, and the idle GPU-hours the cancel
+    ended in gpupool_idle_reclaim_gpu_hours_total); an equally idle job of a class
+    without the rule runs on, and so does a BUSY job of the ruled class, beside it all
+    along, which is never warned.
 
     The lab's interactive class reclaims after 30 minutes; the role runs here with a
     60 s window and a 30 s warning in its policy (the variable the description fills), and
     the test starts the service itself instead of waiting for the timer, which is stopped
-    meanwhile and put back after. The FIXTURE dcgm-exporter reports 0 for every GPU, so
-    every job is idle by construction: what is proven is the wiring from Prometheus and
-    squeue to Slurm's actions, nothing about GPU behaviour."""
+    meanwhile and put back after. The FIXTURE dcgm-exporter reports, for a GPU mapped to a
+    job, the CPU activity of the job's processes (gpupool/lab/fixture_dcgm_exporter.py),
+    not GPU data: the busy job's script burns CPU (bounded by its loop and its time limit)
+    and its GPU reads above 0 in Prometheus, the idle one's (sleep) reads 0. What is
+    proven is that reclaim tells the two apart from that evidence, and the wiring from
+    Prometheus and squeue to Slurm's actions; nothing about GPU behaviour."""
     desc = pool.desc
     team = next(iter(desc.teams))
     ruled = next(n for n, c in desc.task_classes.items() if c.idle_reclaim)
@@ -550,9 +555,21 @@ def test_an_idle_job_is_warned_then_cancelled_and_recorded(pool: slurm_cluster.S
     script = "#!/bin/bash\nsleep 600\n"
     idle = pool.sbatch(f"-p {ruled}", f"-A {team}", "--gpus=1", "-C onprem", script=script)
     spared = pool.sbatch(f"-p {other}", f"-A {team}", "--gpus=1", "-C onprem", script=script)
+    # About a fifth of a CPU, in bursts, for at most 10 minutes (and its time limit).
+    burn = ("#!/bin/bash\nend=$((SECONDS + 600))\n"
+            "while (( SECONDS < end )); do\n"
+            "  for ((i = 0; i < 20000; i++)); do :; done\n  sleep 1\ndone\n")
+    busy = pool.sbatch(f"-p {ruled}", f"-A {team}", "--gpus=1", "-C onprem", "--time=10",
+                       script=burn)
     try:
-        wait_for("both jobs running", lambda: {pool.state(idle), pool.state(spared)}
-                 == {"RUNNING"}, 120)
+        wait_for("the three jobs running", lambda: {
+            pool.state(idle), pool.state(spared), pool.state(busy)} == {"RUNNING"}, 120)
+
+        def peak(job: str) -> float | None:
+            found = promql(pool, f'max_over_time(DCGM_FI_DEV_GPU_UTIL{{hpc_job="{job}"}}[5m])')
+            return float(found[0]["value"][1]) if found else None
+
+        wait_for("the busy job's GPU reported in use", lambda: (peak(busy) or 0) > 0, 120)
 
         def comment(job: str) -> str:
             # Raw: the comment holds spaces, which pool.job's parsing splits on.
@@ -572,15 +589,27 @@ def test_an_idle_job_is_warned_then_cancelled_and_recorded(pool: slurm_cluster.S
                  and pool.state(idle) == "CANCELLED", 180)
         assert pool.state(spared) == "RUNNING"
         assert not comment(spared).startswith("gpupool")
+        # Judged in every pass that warned and cancelled the idle one, never warned.
+        assert pool.state(busy) == "RUNNING"
+        assert not comment(busy).startswith("gpupool")
+        assert (peak(busy) or 0) > 0
         (record,) = pool.sacct(idle, "State,AdminComment")
         assert record["State"].startswith("CANCELLED")
         assert "gpupool idle-reclaim cancelled" in record["AdminComment"]
         journal = pool.sh(f"journalctl -u {service} --no-pager -o cat")
         assert f"job {idle} (class {ruled}, team {team}): warned" in journal
         assert f"job {idle} (class {ruled}, team {team}): cancelled" in journal
+        assert f"job {busy} " not in journal
+        assert "1 GPU(s) idle" in journal
         prom = pool.sh("cat /var/lib/prometheus/node-exporter/gpupool_idle_reclaim.prom")
         assert (f'gpupool_idle_reclaim_total{{class="{ruled}",step="cancelled",'
                 f'team="{team}"}}') in prom
+        # One GPU idle at least the 60 s window before the warning and 30 s after it.
+        key = (f'gpupool_idle_reclaim_gpu_hours_total{{class="{ruled}",step="cancelled",'
+               f'team="{team}"}}')
+        hours = [float(line.split()[-1]) for line in prom.splitlines()
+                 if line.startswith(key + " ")]
+        assert len(hours) == 1 and hours[0] >= 90 / 3600, prom
     finally:
         pool.cancel_all()
         monitoring_role(pool, tag="idle_reclaim")  # the description's policy, timer on
