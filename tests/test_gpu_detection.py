@@ -141,8 +141,11 @@ def test_validate_can_say_plainly_why_there_is_no_autodetection() -> None:
 def test_validate_prints_the_notice_and_lists_it_in_json(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "pool.yaml"
-    path.write_text(yaml.safe_dump(mutate(raw_stack("example"), [
-        {"set": "software.slurm", "value": "22.05.8-4+deb12u3"}])))
+    raw = raw_stack("example")
+    # Debian 12's Slurm, on Debian 12 nodes (rule release-slurm-suite).
+    path.write_text(yaml.safe_dump(mutate(raw, [
+        {"set": "software.slurm", "value": "22.05.8-4+deb12u3"},
+        *({"set": f"node_classes.{c}.os", "value": "debian-12"} for c in raw["node_classes"])])))
     assert cli.main(["validate", "--file", str(path), "--json"]) == cli.EXIT_OK
     notices = json.loads(capsys.readouterr().out)["notices"]
     assert notices == [gpu_detection.notice(loader.load_file(path))]

@@ -16,6 +16,7 @@ from typing import Any
 from gpupool.render import flows, node_labels, shell_template
 from gpupool.render.node_labels import LABEL_PREFIX
 from gpupool.render.scheduling import team_quotas
+from gpupool.spec import os_release
 from gpupool.spec.catalog import (
     BURST_SEGMENT,
     CONTROLLER_BACKUP_PREFIX,
@@ -782,7 +783,7 @@ def burst_facts(desc: Description, name: str, group: BurstGroup) -> dict[str, An
     return {"pool": desc.pool.name, "burst_group": name, "team": group.team or SHARED,
             "domain": desc.pool.domain, "environment": desc.pool.environment,
             "instance_type": itype.name, "gpus": itype.gpus, "gpu_model": itype.gpu_model,
-            "software": desc.software.model_dump(mode="json", exclude={"blocklist"}),
+            "software": os_release.versions(desc, os_release.burst_release(desc)),
             "teams": sorted(desc.teams), "ids": desc.ids.model_dump(mode="json"),
             # The tiers it mounts, as an on-prem compute node does (the image's storage
             # role renders and enables their units; the network ones come over the
