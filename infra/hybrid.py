@@ -14,7 +14,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from gpupool.render import cloud
+from gpupool.render.cloud import names, network
 from gpupool.spec.model import Description, Egress
 from infra.components import Component
 
@@ -46,10 +46,10 @@ class HybridLink(Component):
         super().__init__("HybridLink", name, opts)
         desc, region = args.desc, args.region
         link = desc.network.hybrid_links[region]
-        self.kind = cloud.link_kind(desc, region)
-        tags = {**cloud.tags(desc), "Name": name, "link": self.kind}
+        self.kind = network.link_kind(desc, region)
+        tags = {**names.tags(desc), "Name": name, "link": self.kind}
         side: dict[str, Any] = {"link": self.kind, "region": region,
-                                "routes": cloud.vpc_cidrs(desc)}
+                                "routes": network.vpc_cidrs(desc)}
         if link.transit_gateway is not None:
             attachment = aws.ec2transitgateway.VpcAttachment(
                 name, transit_gateway_id=link.transit_gateway, vpc_id=args.vpc_id,
@@ -77,7 +77,7 @@ class HybridLink(Component):
             elif link.direct_connect_gateway is not None:
                 assoc = aws.directconnect.GatewayAssociation(
                     name, dx_gateway_id=link.direct_connect_gateway,
-                    associated_gateway_id=vgw.id, allowed_prefixes=cloud.vpc_cidrs(desc),
+                    associated_gateway_id=vgw.id, allowed_prefixes=network.vpc_cidrs(desc),
                     opts=self.child())
                 self.ready.append(assoc)
                 side |= {"direct_connect_gateway": link.direct_connect_gateway}
@@ -110,7 +110,7 @@ class PrivateEgress(Component):
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("PrivateEgress", name, opts)
         desc, region = args.desc, args.region
-        tags = cloud.tags(desc)
+        tags = names.tags(desc)
         self.routes, self.endpoint_ids = [], {}
         if desc.network.hybrid_links[region].egress is Egress.NAT:
             self._nat(name, args, tags)
@@ -119,7 +119,7 @@ class PrivateEgress(Component):
         self.register_outputs({"endpoint_ids": self.endpoint_ids})
 
     def _endpoints(self, name: str, args: PrivateEgressArgs, tags: dict[str, str]) -> None:
-        seg, port = cloud.ENDPOINTS_SEGMENT, cloud.HTTPS_PORT
+        seg, port = network.ENDPOINTS_SEGMENT, network.HTTPS_PORT
         group = aws.ec2.SecurityGroup(
             name, name=name, vpc_id=args.vpc_id, revoke_rules_on_delete=True,
             description="gpupool AWS API endpoints: HTTPS from the nodes only",
@@ -134,8 +134,8 @@ class PrivateEgress(Component):
             from_port=port, to_port=port, referenced_security_group_id=group.id,
             description="AWS APIs through the interface endpoints",
             tags={**tags, "segment": "training", "peer": seg}, opts=self.child())
-        for service in cloud.INTERFACE_ENDPOINT_SERVICES:
-            policy = cloud.interface_endpoint_policy(args.desc, args.region, service)
+        for service in network.INTERFACE_ENDPOINT_SERVICES:
+            policy = network.interface_endpoint_policy(args.desc, args.region, service)
             ep = aws.ec2.VpcEndpoint(
                 f"{name}-{service}", vpc_id=args.vpc_id,
                 service_name=f"com.amazonaws.{args.region}.{service}",
@@ -146,12 +146,12 @@ class PrivateEgress(Component):
             self.endpoint_ids[service] = ep.id
 
     def _nat(self, name: str, args: PrivateEgressArgs, tags: dict[str, str]) -> None:
-        cidr, zone = cloud.nat_subnet(args.desc, args.region)
+        cidr, zone = network.nat_subnet(args.desc, args.region)
         igw = aws.ec2.InternetGateway(name, vpc_id=args.vpc_id, tags={**tags, "Name": name},
                                       opts=self.child())
         public = aws.ec2.RouteTable(
             f"{name}-public", vpc_id=args.vpc_id,
-            routes=[{"cidrBlock": cloud.ANYWHERE_V4, "gatewayId": igw.id}],
+            routes=[{"cidrBlock": network.ANYWHERE_V4, "gatewayId": igw.id}],
             tags={**tags, "Name": f"{name}-public"}, opts=self.child())
         # The NAT gateway's own address is an Elastic IP; nothing launched here gets one.
         subnet = aws.ec2.Subnet(
@@ -168,7 +168,7 @@ class PrivateEgress(Component):
                                  opts=self.child(depends_on=[igw]))
         aws.vpc.SecurityGroupEgressRule(
             f"{name}-training-eg", security_group_id=args.node_group_id, ip_protocol="tcp",
-            from_port=cloud.HTTPS_PORT, to_port=cloud.HTTPS_PORT, cidr_ipv4=cloud.ANYWHERE_V4,
+            from_port=network.HTTPS_PORT, to_port=network.HTTPS_PORT, cidr_ipv4=network.ANYWHERE_V4,
             description="AWS APIs through the NAT gateway",
-            tags={**tags, "segment": "training", "peer": cloud.NAT_PEER}, opts=self.child())
-        self.routes = [{"cidrBlock": cloud.ANYWHERE_V4, "natGatewayId": nat.id}]
+            tags={**tags, "segment": "training", "peer": network.NAT_PEER}, opts=self.child())
+        self.routes = [{"cidrBlock": network.ANYWHERE_V4, "natGatewayId": nat.id}]

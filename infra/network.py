@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from gpupool.render import cloud
+from gpupool.render.cloud import names, network
 from gpupool.spec.model import Description
 from infra.components import Component
 from infra.hybrid import HybridLink, HybridLinkArgs, PrivateEgress, PrivateEgressArgs
@@ -47,8 +47,8 @@ class NetworkSegments(Component):
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("NetworkSegments", name, opts)
         desc, region = args.desc, args.region
-        tags = cloud.tags(desc)
-        cidrs = cloud.vpc_cidrs(desc)
+        tags = names.tags(desc)
+        cidrs = network.vpc_cidrs(desc)
         vpc = aws.ec2.Vpc(name, cidr_block=cidrs[0], enable_dns_support=True,
                           enable_dns_hostnames=True, tags={**tags, "Name": name},
                           opts=self.child())
@@ -59,7 +59,7 @@ class NetworkSegments(Component):
         private = f"{name}-private"
         subnets: dict[tuple[str, str], aws.ec2.Subnet] = {}
         self.subnet_ids = {}
-        for (segment, zone), cidr in cloud.subnets(desc, region).items():
+        for (segment, zone), cidr in network.subnets(desc, region).items():
             sname = f"{name}-{segment}-{zone}"
             subnets[(segment, zone)] = aws.ec2.Subnet(
                 sname, vpc_id=vpc.id, cidr_block=cidr, availability_zone=zone,
@@ -79,8 +79,8 @@ class NetworkSegments(Component):
             max_entries=len(entries), entries=[
                 {"cidr": c, "description": node} for c, node in sorted(entries.items())],
             tags={**tags, "Name": f"{name}-{n}"}, opts=self.child())
-            for n, entries in cloud.prefix_lists(desc).items()}
-        for rule in cloud.firewall_rules(desc):
+            for n, entries in network.prefix_lists(desc).items()}
+        for rule in network.firewall_rules(desc):
             kind = (aws.vpc.SecurityGroupIngressRule if rule.direction == "ingress"
                     else aws.vpc.SecurityGroupEgressRule)
             peer: dict[str, pulumi.Input[str] | None]
@@ -93,12 +93,12 @@ class NetworkSegments(Component):
             ports = ({} if rule.port is None
                      else {"from_port": rule.port, "to_port": rule.last_port})
             kind(f"{name}-{rule.key}", security_group_id=groups[rule.segment].id,
-                 ip_protocol=rule.protocol, description=cloud.rule_description(desc, rule),
+                 ip_protocol=rule.protocol, description=network.rule_description(desc, rule),
                  tags={**tags, "flow": rule.service if rule.flow is None else str(rule.flow),
                        "segment": rule.segment, "peer": rule.peer},
                  **peer, **ports,
                  opts=self.child())
-        zones = cloud.region_zones(desc, region)
+        zones = names.region_zones(desc, region)
         self.link = HybridLink(f"{name}-link", HybridLinkArgs(
             desc, region, vpc.id, [self.subnet_ids["management"][z] for z in zones]),
             self.child())
@@ -111,7 +111,7 @@ class NetworkSegments(Component):
         routes = aws.ec2.RouteTable(
             private, vpc_id=vpc.id,
             routes=[*({"cidrBlock": c, **self.link.route_target}
-                      for c in cloud.onprem_cidrs(desc)), *self.egress.routes],
+                      for c in network.onprem_cidrs(desc)), *self.egress.routes],
             tags={**tags, "Name": private}, opts=self.child(depends_on=self.link.ready))
         for (segment, zone), subnet in subnets.items():
             aws.ec2.RouteTableAssociation(f"{name}-{segment}-{zone}", subnet_id=subnet.id,
@@ -120,7 +120,7 @@ class NetworkSegments(Component):
                                        service_name=f"com.amazonaws.{region}.s3",
                                        vpc_endpoint_type="Gateway",
                                        route_table_ids=[routes.id],
-                                       policy=json.dumps(cloud.s3_endpoint_policy(desc)),
+                                       policy=json.dumps(network.s3_endpoint_policy(desc)),
                                        tags={**tags, "Name": f"{name}-s3"}, opts=self.child())
         # The VPC's default group, which anything launched without a group would get,
         # admits nothing and sends nothing (CIS AWS 5.4): every group gpupool uses is its own.
@@ -130,10 +130,10 @@ class NetworkSegments(Component):
         # Nodes reach their buckets through the gateway endpoint.
         aws.vpc.SecurityGroupEgressRule(
             f"{name}-training-eg-s3", security_group_id=groups["training"].id,
-            ip_protocol="tcp", from_port=cloud.S3_ENDPOINT_PORT,
-            to_port=cloud.S3_ENDPOINT_PORT,
+            ip_protocol="tcp", from_port=network.S3_ENDPOINT_PORT,
+            to_port=network.S3_ENDPOINT_PORT,
             prefix_list_id=endpoint.prefix_list_id, description="S3 through the endpoint",
-            tags={**tags, "segment": "training", "peer": cloud.S3_ENDPOINT_PEER},
+            tags={**tags, "segment": "training", "peer": network.S3_ENDPOINT_PEER},
             opts=self.child())
         self._flow_logs(name, desc, vpc, tags)
         self.vpc_id = vpc.id
