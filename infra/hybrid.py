@@ -83,7 +83,8 @@ class HybridLink(Component):
                 side |= {"direct_connect_gateway": link.direct_connect_gateway}
             side["virtual_private_gateway"] = vgw.id
         self.onprem_side = side
-        self.register_outputs({"onprem_side": side})
+        self.register_outputs({"kind": self.kind, "route_target": self.route_target,
+                               "ready": self.ready, "onprem_side": self.onprem_side})
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ class PrivateEgress(Component):
             self._nat(name, args, tags)
         else:
             self._endpoints(name, args, tags)
-        self.register_outputs({"endpoint_ids": self.endpoint_ids})
+        self.register_outputs({"routes": self.routes, "endpoint_ids": self.endpoint_ids})
 
     def _endpoints(self, name: str, args: PrivateEgressArgs, tags: dict[str, str]) -> None:
         seg, port = network.ENDPOINTS_SEGMENT, network.HTTPS_PORT

@@ -99,7 +99,8 @@ class BurstImage(Component):
             self.image_id = built.output_resources.apply(lambda out: out[0].amis[0].image)
             self.source = name
         self.pipeline_arn = pipeline.arn
-        self.register_outputs({"image_id": self.image_id, "pipeline_arn": pipeline.arn})
+        self.register_outputs({"image_id": self.image_id, "source": self.source,
+                               "pipeline_arn": self.pipeline_arn})
 
     def _infrastructure(self, name: str, args: BurstImageArgs, tags: dict[str, str]
                         ) -> aws.imagebuilder.InfrastructureConfiguration:
