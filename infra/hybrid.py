@@ -14,15 +14,14 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from gpupool.render.cloud import names, network
-from gpupool.spec.model import Description, Egress
+from gpupool.render.cloud import network
+from gpupool.render.cloud.network import EgressPlan, LinkPlan
 from infra.components import Component
 
 
 @dataclass(frozen=True)
 class HybridLinkArgs:
-    desc: Description
-    region: str
+    plan: LinkPlan
     vpc_id: pulumi.Input[str]
     # Subnets a Transit Gateway attachment places its interfaces in: one per zone.
     attach_subnet_ids: list[pulumi.Input[str]]
@@ -44,12 +43,11 @@ class HybridLink(Component):
     def __init__(self, name: str, args: HybridLinkArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("HybridLink", name, opts)
-        desc, region = args.desc, args.region
-        link = desc.network.hybrid_links[region]
-        self.kind = network.link_kind(desc, region)
-        tags = {**names.tags(desc), "Name": name, "link": self.kind}
-        side: dict[str, Any] = {"link": self.kind, "region": region,
-                                "routes": network.vpc_cidrs(desc)}
+        plan, link = args.plan, args.plan.link
+        self.kind = plan.kind
+        tags = {**plan.tags, "Name": name, "link": self.kind}
+        side: dict[str, Any] = {"link": self.kind, "region": plan.region,
+                                "routes": plan.vpc_cidrs}
         if link.transit_gateway is not None:
             attachment = aws.ec2transitgateway.VpcAttachment(
                 name, transit_gateway_id=link.transit_gateway, vpc_id=args.vpc_id,
@@ -77,7 +75,7 @@ class HybridLink(Component):
             elif link.direct_connect_gateway is not None:
                 assoc = aws.directconnect.GatewayAssociation(
                     name, dx_gateway_id=link.direct_connect_gateway,
-                    associated_gateway_id=vgw.id, allowed_prefixes=network.vpc_cidrs(desc),
+                    associated_gateway_id=vgw.id, allowed_prefixes=plan.vpc_cidrs,
                     opts=self.child())
                 self.ready.append(assoc)
                 side |= {"direct_connect_gateway": link.direct_connect_gateway}
@@ -89,8 +87,7 @@ class HybridLink(Component):
 
 @dataclass(frozen=True)
 class PrivateEgressArgs:
-    desc: Description
-    region: str
+    plan: EgressPlan
     vpc_id: pulumi.Input[str]
     # The nodes' private subnets (one per zone) and their security group.
     subnet_ids: list[pulumi.Input[str]]
@@ -110,11 +107,10 @@ class PrivateEgress(Component):
     def __init__(self, name: str, args: PrivateEgressArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("PrivateEgress", name, opts)
-        desc, region = args.desc, args.region
-        tags = names.tags(desc)
+        tags = args.plan.tags
         self.routes, self.endpoint_ids = [], {}
-        if desc.network.hybrid_links[region].egress is Egress.NAT:
-            self._nat(name, args, tags)
+        if args.plan.nat_subnet is not None:
+            self._nat(name, args, args.plan.nat_subnet, tags)
         else:
             self._endpoints(name, args, tags)
         self.register_outputs({"routes": self.routes, "endpoint_ids": self.endpoint_ids})
@@ -135,19 +131,19 @@ class PrivateEgress(Component):
             from_port=port, to_port=port, referenced_security_group_id=group.id,
             description="AWS APIs through the interface endpoints",
             tags={**tags, "segment": "training", "peer": seg}, opts=self.child())
-        for service in network.INTERFACE_ENDPOINT_SERVICES:
-            policy = network.interface_endpoint_policy(args.desc, args.region, service)
+        for service, policy in args.plan.endpoint_policies.items():
             ep = aws.ec2.VpcEndpoint(
                 f"{name}-{service}", vpc_id=args.vpc_id,
-                service_name=f"com.amazonaws.{args.region}.{service}",
+                service_name=f"com.amazonaws.{args.plan.region}.{service}",
                 vpc_endpoint_type="Interface", private_dns_enabled=True,
                 subnet_ids=args.subnet_ids, security_group_ids=[group.id],
                 policy=None if policy is None else json.dumps(policy),
                 tags={**tags, "Name": f"{name}-{service}"}, opts=self.child())
             self.endpoint_ids[service] = ep.id
 
-    def _nat(self, name: str, args: PrivateEgressArgs, tags: dict[str, str]) -> None:
-        cidr, zone = network.nat_subnet(args.desc, args.region)
+    def _nat(self, name: str, args: PrivateEgressArgs, block: tuple[str, str],
+             tags: dict[str, str]) -> None:
+        cidr, zone = block
         igw = aws.ec2.InternetGateway(name, vpc_id=args.vpc_id, tags={**tags, "Name": name},
                                       opts=self.child())
         public = aws.ec2.RouteTable(

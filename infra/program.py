@@ -10,12 +10,13 @@ import pulumi_aws as aws
 from gpupool.paths import pulumi_project
 from gpupool.render import image
 from gpupool.render.cloud import iam, names
+from gpupool.render.cloud.network import network_plan
 from gpupool.spec import loader
 from gpupool.spec.model import Description
 from infra.burst import BurstPool, BurstPoolArgs
 from infra.cluster import ClusterServices, ClusterServicesArgs
 from infra.image import BurstImage, BurstImageArgs
-from infra.network import NetworkSegments, NetworkSegmentsArgs
+from infra.network import NetworkSegments
 from infra.secrets import MungeKey, MungeKeyArgs
 from infra.storage import StorageTiers, StorageTiersArgs
 
@@ -26,7 +27,7 @@ def declare(desc: Description) -> None:
     pool = desc.pool.name
     providers = {r: aws.Provider(f"aws-{r}", region=r)
                  for r in sorted({desc.pool.cloud_region, *names.regions(desc)})}
-    networks = {r: NetworkSegments(f"{pool}-{r}", NetworkSegmentsArgs(desc, r),
+    networks = {r: NetworkSegments(f"{pool}-{r}", network_plan(desc, r),
                                    pulumi.ResourceOptions(providers=[providers[r]]))
                 for r in names.regions(desc)}
     home = pulumi.ResourceOptions(providers=[providers[desc.pool.cloud_region]])

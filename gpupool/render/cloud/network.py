@@ -1,8 +1,9 @@
 """The burst regions' networks as plain data: subnets, security group rules (the declared
 flows, Kubernetes' and Slurm's), managed prefix lists, VPC endpoints and their policies,
-the hybrid link's routes and the NAT gateway's subnet.
+the hybrid link's routes and the NAT gateway's subnet; network_plan gathers a region's.
 
-infra/network.py and infra/hybrid.py declare them; policies/network.py checks against them.
+infra/network.py and infra/hybrid.py declare them from that plan; policies/network.py
+checks resources against them.
 """
 
 from __future__ import annotations
@@ -13,16 +14,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupool.render import flows
-from gpupool.render.cloud.names import bucket_name, munge_secret_name, region_zones, regions
+from gpupool.render.cloud.names import (
+    bucket_name,
+    munge_secret_name,
+    region_zones,
+    regions,
+    tags,
+)
 from gpupool.render.cloud.storage import bucket_tiers
 from gpupool.spec.catalog import (
     BURST_SEGMENT,
     MANAGEMENT_SEGMENT,
     SRUN_PORTS,
 )
-from gpupool.spec.model import (
-    Description,
-)
+from gpupool.spec.model import Description, Egress, HybridLink
 
 S3_ENDPOINT_PEER = "s3-endpoint"  # the peer tag of the one rule that is not a flow
 S3_ENDPOINT_PORT = 443
@@ -265,3 +270,79 @@ def interface_endpoint_policy(desc: Description, region: str,
          "Action": ["secretsmanager:GetSecretValue"],
          "Resource": [f"arn:aws:secretsmanager:{region}:*:secret:"
                       f"{munge_secret_name(desc)}-??????"]}]}
+
+
+# CloudWatch Logs accepts only these retention periods (days).
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096,
+                      1827, 2192, 2557, 2922, 3288, 3653)
+
+
+def flow_log_retention(desc: Description) -> int:
+    """Flow logs are kept like the archive tier: the shortest allowed period covering it."""
+    days = max((t.retention_days for t in desc.storage_tiers.values()
+                if t.purpose.value == "archive"), default=365)
+    return next((d for d in LOG_RETENTION_DAYS if d >= days), LOG_RETENTION_DAYS[-1])
+
+
+@dataclass(frozen=True)
+class LinkPlan:
+    """What HybridLink declares in one burst region: the declared link (exactly one kind)
+    and the VPC's blocks the on-prem side routes to it."""
+
+    region: str
+    kind: str  # link_kind's
+    link: HybridLink
+    vpc_cidrs: list[str]
+    tags: dict[str, str]
+
+
+@dataclass(frozen=True)
+class EgressPlan:
+    """What PrivateEgress declares in one burst region: a NAT gateway in its own public
+    subnet (nat_subnet), or interface endpoints (service -> its endpoint policy, None for
+    the service's default)."""
+
+    region: str
+    nat_subnet: tuple[str, str] | None  # (CIDR, zone); None: interface endpoints
+    endpoint_policies: dict[str, dict[str, Any] | None]
+    tags: dict[str, str]
+
+
+@dataclass(frozen=True)
+class NetworkPlan:
+    """What NetworkSegments declares in one burst region, its children's plans included."""
+
+    region: str
+    vpc_cidrs: list[str]
+    zones: list[str]
+    subnets: dict[tuple[str, str], str]  # subnets()
+    segments: list[str]  # one security group each, sorted
+    prefix_lists: dict[str, dict[str, str]]  # prefix_lists()
+    rules: list[tuple[FirewallRule, str]]  # firewall_rules(), each with its description
+    onprem_cidrs: list[str]  # routed to the link
+    s3_endpoint_policy: dict[str, Any]
+    flow_log_retention_days: int
+    tags: dict[str, str]
+    link: LinkPlan
+    egress: EgressPlan
+
+
+def network_plan(desc: Description, region: str) -> NetworkPlan:
+    """NetworkSegments' args for a burst region: everything it and its children declare."""
+    shared = tags(desc)
+    cidrs = vpc_cidrs(desc)
+    link = desc.network.hybrid_links[region]
+    nat = link.egress is Egress.NAT
+    return NetworkPlan(
+        region=region, vpc_cidrs=cidrs, zones=region_zones(desc, region),
+        subnets=subnets(desc, region), segments=sorted(desc.network.segments),
+        prefix_lists=prefix_lists(desc),
+        rules=[(r, rule_description(desc, r)) for r in firewall_rules(desc)],
+        onprem_cidrs=onprem_cidrs(desc), s3_endpoint_policy=s3_endpoint_policy(desc),
+        flow_log_retention_days=flow_log_retention(desc), tags=shared,
+        link=LinkPlan(region, link_kind(desc, region), link, cidrs, shared),
+        egress=EgressPlan(
+            region, nat_subnet(desc, region) if nat else None,
+            {} if nat else {s: interface_endpoint_policy(desc, region, s)
+                            for s in INTERFACE_ENDPOINT_SERVICES},
+            shared))
