@@ -8,9 +8,9 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from gpupool.render.cloud import LABEL_PREFIX, TAG_TEAM
+from gpupool.render.cloud.names import TAG_TEAM
 from gpupool.render.k8s_objects import GPU_RESOURCE, POD_SECURITY_LABELS
-from gpupool.render.node_labels import LABEL_CAPACITY, LABEL_MODEL
+from gpupool.render.node_labels import LABEL_CAPACITY, LABEL_MODEL, LABEL_PREFIX
 from gpupool.render.scheduling import team_shares
 from gpupool.spec import os_release
 from gpupool.spec.facts import gpu_capacity

@@ -158,7 +158,7 @@ def _fact(facts: Mapping[str, Any], key: str, kind: type) -> Any:
 
 def burst_expect(facts: Mapping[str, Any], node: str) -> NodeExpect:
     """What a burst node must look like, from the facts its user-data writes
-    (gpupool.render.cloud.burst_facts): the group's instance type's GPUs, the software lock,
+    (gpupool.render.cloud.launch.burst_facts): the group's instance type's GPUs, the software lock,
     the teams and the storage tiers' mounts. No probes (nothing declares its peers'
     addresses) and no leaf switch; its host firewall is checked as on-prem. Mount values
     reach the suites' commands, so they pass the description's own rules again

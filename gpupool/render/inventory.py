@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpupool.render import ansible_yaml, cloud, flows, node_labels, scheduling, slurm
+from gpupool.render import ansible_yaml, flows, node_labels, scheduling, slurm
 from gpupool.render import mig_config as mig_render
+from gpupool.render.cloud import iam, names
 from gpupool.spec import os_release
 from gpupool.spec.catalog import INSTANCE_TYPES
 from gpupool.spec.connection import Connection
@@ -55,14 +56,14 @@ def backup_plan(desc: Description) -> dict[str, Any] | None:
     if b is None:
         return None
     return {"interval_s": duration_seconds(b.interval), "keep": b.keep,
-            "bucket": cloud.bucket_name(desc, b.tier), "prefix": cloud.BACKUP_PREFIX,
+            "bucket": names.bucket_name(desc, b.tier), "prefix": iam.BACKUP_PREFIX,
             "region": desc.pool.cloud_region}
 
 
 def sync_plan(desc: Description) -> list[dict[str, Any]]:
     """roles/storage_sync's plan: each `both` tier's declared copy between its mount and its
     bucket, run from the primary controller (which mounts every tier)."""
-    return [{"tier": name, "path": t.mount.path, "bucket": cloud.bucket_name(desc, name),
+    return [{"tier": name, "path": t.mount.path, "bucket": names.bucket_name(desc, name),
              "region": desc.pool.cloud_region, "direction": t.sync.direction.value,
              "interval_s": t.sync.every_minutes * 60, "delete": t.sync.delete}
             for name, t in desc.storage_tiers.items()
@@ -223,7 +224,7 @@ def burst_image_vars(desc: Description, region: str) -> dict[str, Any]:
     teams' users and groups) and a `gpupool_node` for a burst node of the region. A burst
     node has no declared address or class; its host firewall admits any of its addresses
     (flows.burst_inbound), beside its security groups (infra/network.py), and its
-    Kubernetes registration comes at boot (cloud.user_data)."""
+    Kubernetes registration comes at boot (launch.user_data)."""
     groups = [g for g in desc.burst_groups.values() if g.region == region]
     if not groups:
         raise ValueError(f"no burst group bursts in {region}")

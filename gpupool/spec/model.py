@@ -837,7 +837,7 @@ def is_bucket_tier(tier: StorageTier) -> bool:
 def bucket_name(pool: str, tier: str, region: str) -> str:
     """A bucket tier's S3 bucket: globally unique by pool, tier and home region. The one
     formula: validation bounds its length (rule `bucket-name`) and the cloud side names
-    the bucket by it (gpupool/render/cloud.py bucket_name)."""
+    the bucket by it (gpupool/render/cloud/names.py bucket_name)."""
     return f"{pool}-{tier}-{region}"
 
 

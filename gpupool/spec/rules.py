@@ -417,7 +417,8 @@ def hybrid_links(desc: Description) -> Iterator[Problem]:
 
 
 def spare_block_missing(desc: Description, region: str) -> bool:
-    """Whether every per-zone block of the cloud CIDRs is taken (see render/cloud.subnets)."""
+    """Whether every per-zone block of the cloud CIDRs is taken (see
+    render/cloud/network.py subnets)."""
     zones = {z for g in desc.burst_groups.values() if g.region == region
              for z in g.availability_zones}
     return len(zones) >= 4 and len(zones) & (len(zones) - 1) == 0

@@ -13,7 +13,7 @@ import pytest
 
 from gpupool.gate import boot
 from gpupool.gate.expect import FactsError, NodeExpect, burst_expect, node_expect
-from gpupool.render import cloud
+from gpupool.render.cloud import launch
 from gpupool.spec import loader, os_release
 from gpupool.spec.catalog import GPU_MODELS, INSTANCE_TYPES
 from gpupool.spec.model import NodeRole
@@ -24,7 +24,7 @@ from tests.test_pool_defaults import resolve
 def _facts(stack: str = "lab") -> dict:
     desc = loader.load_stack(stack, ROOT)
     name, group = next(iter(desc.burst_groups.items()))
-    return json.loads(json.dumps(cloud.burst_facts(desc, name, group)))
+    return json.loads(json.dumps(launch.burst_facts(desc, name, group)))
 
 
 @pytest.mark.parametrize("stack", ["lab", "example"])
@@ -74,7 +74,7 @@ def test_the_gate_dir_is_the_roles() -> None:
     boot and role admission run it from."""
     pytest.importorskip("ansible")
     gate_dir = resolve("acceptance_gate", "acceptance_gate_dir")
-    assert f"{gate_dir}/lib" == cloud.GATE_LIB
+    assert f"{gate_dir}/lib" == launch.GATE_LIB
     assert resolve("admission", "admission_gate_dir") == gate_dir
 
 
