@@ -58,6 +58,9 @@ def declare(desc: Description) -> None:
         # Operators attach it to the identity the controller's backup timer runs with.
         pulumi.export("controller_backup_policy",
                       _backup_policy(desc, desc.backup.tier, storage, home).arn)
+    if (sync := _tier_sync_policy(desc, storage, home)) is not None:
+        # Operators attach it to the identity the controller's tier copies run with.
+        pulumi.export("tier_sync_policy", sync.arn)
     cluster = ClusterServices(pool, ClusterServicesArgs(desc))
 
     pulumi.export("onprem_segments", {
@@ -103,6 +106,19 @@ def _backup_policy(desc: Description, tier: str, storage: StorageTiers,
     return aws.iam.Policy(f"{desc.pool.name}-controller-backup", policy=document,
                           tags=names.tags(desc), opts=opts,
                           description=f"gpupool {desc.pool.name} controller backups")
+
+
+def _tier_sync_policy(desc: Description, storage: StorageTiers,
+                      opts: pulumi.ResourceOptions) -> aws.iam.Policy | None:
+    """The least privilege of the controller's tier copies (iam.tier_sync_policy), or None
+    where no tier declares a sync."""
+    if not iam.tier_syncs(desc):
+        return None
+    document = storage.key_arn.apply(
+        lambda key: json.dumps(iam.tier_sync_policy(desc, key)))
+    return aws.iam.Policy(f"{desc.pool.name}-tier-sync", policy=document,
+                          tags=names.tags(desc), opts=opts,
+                          description=f"gpupool {desc.pool.name} storage tier copies")
 
 
 def _prebuilt_images(desc: Description) -> dict[str, str]:

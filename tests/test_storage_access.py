@@ -15,7 +15,7 @@ from gpupool.spec import loader
 from gpupool.spec.model import Description
 from tests._policy import drop, edit, messages, recorded, violations
 from tests._pulumi import declared, one
-from tests.conftest import ROOT
+from tests.conftest import ROOT, raw_stack
 
 STACKS = ["lab", "example"]
 TLS_ONLY = "storage-bucket-tls-only"
@@ -213,3 +213,55 @@ def test_a_bucket_without_a_policy_is_reported_and_a_wildcard_deny_passes() -> N
 
     assert messages(violations(edit(recorded("lab"), ":BucketPolicy", "lab-checkpoints",
                                     wildcard), "lab"), TLS_ONLY) == []
+
+
+# --- the tier copies' principal ---------------------------------------------------------
+
+def test_the_tier_copies_get_their_buckets_alone_by_direction() -> None:
+    """The controller's copies (roles/storage_sync) need no more than their buckets: read
+    where a tier comes from the cloud, write (delete only where the sync deletes) where it
+    goes there; the key through S3 alone."""
+    desc = loader.load_stack("example", ROOT)
+    doc = iam.tier_sync_policy(desc, "arn:key")
+    assert doc is not None
+    by_sid = {s["Sid"]: s for s in doc["Statement"]}
+    datasets = f"arn:aws:s3:::{names.bucket_name(desc, 'datasets')}"
+    checkpoints = f"arn:aws:s3:::{names.bucket_name(desc, 'checkpoints')}"
+    assert by_sid["ListDatasets"]["Resource"] == datasets
+    assert by_sid["CopyDatasets"] == {
+        "Sid": "CopyDatasets", "Effect": "Allow", "Resource": f"{datasets}/*",
+        "Action": ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"]}
+    assert by_sid["CopyCheckpoints"]["Action"] == ["s3:GetObject"]  # from_cloud: read
+    assert by_sid["CopyCheckpoints"]["Resource"] == f"{checkpoints}/*"
+    assert by_sid["TierEncryption"]["Resource"] == ["arn:key"]
+    assert by_sid["TierEncryption"]["Condition"]["StringEquals"]["kms:ViaService"] == \
+        f"s3.{desc.pool.cloud_region}.amazonaws.com"
+    actions = [a for s in doc["Statement"] for a in
+               ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])]
+    assert not any("*" in a for a in actions)
+    assert "s3:DeleteObject" not in actions  # no declared sync deletes
+
+
+def test_a_deleting_copy_may_delete_and_no_copy_declares_no_policy() -> None:
+    raw = raw_stack("example")
+    raw["storage_tiers"]["datasets"]["sync"]["delete"] = True
+    doc = iam.tier_sync_policy(loader.parse(raw), "arn:key")
+    assert doc is not None
+    copy = next(s for s in doc["Statement"] if s["Sid"] == "CopyDatasets")
+    assert "s3:DeleteObject" in copy["Action"]
+    for tier in raw["storage_tiers"].values():
+        tier.pop("sync", None)
+    assert iam.tier_sync_policy(loader.parse(raw), "arn:key") is None
+
+
+@pytest.mark.parametrize("stack", ["lab", "example"])
+def test_the_tier_copies_policy_is_declared_and_exported(stack: str) -> None:
+    desc = loader.load_stack(stack, ROOT)
+    run = declared(stack)
+    pool = desc.pool.name
+    policy = one(run, "iam/policy:Policy", f"{pool}-tier-sync")
+    assert _doc(policy.inputs["policy"]) == iam.tier_sync_policy(
+        desc, f"arn:mock:aws:kms/key:Key:{pool}-key")
+    assert policy.inputs["tags"] == names.tags(desc)
+    # Operators attach it to the identity the controller's tier copies run with.
+    assert run.outputs["tier_sync_policy"] == f"arn:mock:{policy.type}:{policy.name}"

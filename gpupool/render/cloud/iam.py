@@ -1,5 +1,5 @@
 """The pool's IAM policies as plain data: a burst node's run (node) and boot roles, the
-munge key's readers, the controller's burst launcher and its backups.
+munge key's readers, the controller's burst launcher, its backups and its tier copies.
 
 infra/burst.py, infra/secrets.py and infra/cluster.py attach them.
 """
@@ -17,6 +17,8 @@ from gpupool.spec.facts import burst_model
 from gpupool.spec.model import (
     BurstGroup,
     Description,
+    SyncDirection,
+    TierSync,
 )
 
 
@@ -212,3 +214,42 @@ def controller_backup_policy(desc: Description, tier: str, key_arn: str) -> dict
          "Condition": {"StringEquals": {
              "kms:ViaService": via_service("s3", desc.pool.cloud_region)}}},
     ]}
+
+
+def tier_syncs(desc: Description) -> dict[str, TierSync]:
+    """Tier -> its declared copy between mount and bucket (roles/storage_sync)."""
+    return {n: t.sync for n, t in desc.storage_tiers.items() if t.sync is not None}
+
+
+def tier_sync_policy(desc: Description, key_arn: str) -> dict[str, Any] | None:
+    """The least privilege of the primary controller's tier copies (roles/storage_sync):
+    per `both` tier with a declared sync, its bucket alone, listing it and, by direction,
+    reading it (from_cloud) or writing it (to_cloud; deleting only where the sync
+    deletes); the pool key through S3 for the objects. None where no tier syncs."""
+    synced = tier_syncs(desc)
+    if not synced:
+        return None
+    statements: list[dict[str, Any]] = []
+    for name, sync in sorted(synced.items()):
+        bucket = f"arn:aws:s3:::{bucket_name(desc, name)}"
+        sid = "".join(part.capitalize() for part in name.split("-"))
+        # rclone reads an object's metadata (HeadObject, under s3:GetObject) to compare it
+        # in both directions; a to_cloud copy never reads an object's body otherwise.
+        actions = ["s3:GetObject"]
+        if sync.direction is SyncDirection.TO_CLOUD:
+            actions += ["s3:PutObject", "s3:AbortMultipartUpload"]
+            if sync.delete:
+                actions.append("s3:DeleteObject")
+        statements += [
+            {"Sid": f"List{sid}", "Effect": "Allow", "Action": "s3:ListBucket",
+             "Resource": bucket},
+            {"Sid": f"Copy{sid}", "Effect": "Allow", "Action": actions,
+             "Resource": f"{bucket}/*"}]
+    writes = any(s.direction is SyncDirection.TO_CLOUD for s in synced.values())
+    statements.append(
+        {"Sid": "TierEncryption", "Effect": "Allow",
+         "Action": ["kms:Decrypt", *(["kms:GenerateDataKey"] if writes else [])],
+         "Resource": [key_arn],
+         "Condition": {"StringEquals": {
+             "kms:ViaService": via_service("s3", desc.pool.cloud_region)}}})
+    return {"Version": "2012-10-17", "Statement": statements}
