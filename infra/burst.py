@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from gpupool.render import cloud
+from gpupool.render.cloud import iam, launch, names, storage
 from gpupool.spec.model import Capacity, Description
 from infra.components import Component
 from infra.image import BurstImage
@@ -26,10 +26,10 @@ class BurstPoolArgs:
     image: BurstImage  # the region's: its AMI is what the launch template boots
 
 
-def _tier_arn(storage: StorageTiers, desc: Description, purpose: str) -> pulumi.Output[str] | None:
-    tier = next((t for t, v in cloud.bucket_tiers(desc).items() if v.purpose.value == purpose),
+def _tier_arn(tiers: StorageTiers, desc: Description, purpose: str) -> pulumi.Output[str] | None:
+    tier = next((t for t, v in storage.bucket_tiers(desc).items() if v.purpose.value == purpose),
                 None)
-    return storage.bucket_arns[tier] if tier else None
+    return tiers.bucket_arns[tier] if tier else None
 
 
 class BurstPool(Component):
@@ -37,9 +37,9 @@ class BurstPool(Component):
     where declared), a cluster placement group for EFA, a mixed-instances autoscaling group
     with a zero minimum, and two least-privilege instance profiles. The launch template
     gives an instance the boot profile, whose role may read the munge key (MungeKey grants
-    it) and swap that profile for the run profile (cloud.boot_policy); the user-data joins
+    it) and swap that profile for the run profile (iam.boot_policy); the user-data joins
     the instance to Slurm by itself and swaps the profiles once the key is in place
-    (cloud.user_data), so the node runs with the run role (cloud.node_policy: datasets and
+    (launch.user_data), so the node runs with the run role (iam.node_policy: datasets and
     its teams' checkpoints), which has no Secrets Manager access."""
 
     launch_template_id: pulumi.Output[str]
@@ -51,13 +51,13 @@ class BurstPool(Component):
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("BurstPool", name, opts)
         desc, group = args.desc, args.desc.burst_groups[args.group]
-        tags = cloud.tags(desc, group.team, **{"burst-group": args.group})
+        tags = names.tags(desc, group.team, **{"burst-group": args.group})
         self.run_role = self._profile(name, args, tags)
         self.boot_role, profile = self._boot_profile(name, args, tags, self.run_role)
         # Its instances and volumes say which image they booted from, for the policy pack.
-        template_tags = {**tags, cloud.TAG_BURST_IMAGE: args.image.source}
+        template_tags = {**tags, names.TAG_BURST_IMAGE: args.image.source}
         sgs = [args.network.security_group_ids[s] for s in ("training", "management")]
-        efa = cloud.efa_interfaces(group)
+        efa = launch.efa_interfaces(group)
         if efa:
             # Card 0 carries the primary (device 0); every other card one EFA-only device.
             nics = [{"deviceIndex": 0 if i == 0 else 1, "networkCardIndex": i,
@@ -74,13 +74,13 @@ class BurstPool(Component):
             name, name=name, image_id=args.image.image_id, update_default_version=True,
             metadata_options={"httpEndpoint": "enabled", "httpTokens": "required",
                               "httpPutResponseHopLimit": 1, "instanceMetadataTags": "enabled"},
-            block_device_mappings=[{"deviceName": cloud.ROOT_DEVICE, "ebs": {
-                "encrypted": "true", "volumeSize": cloud.ROOT_VOLUME_GIB, "volumeType": "gp3",
+            block_device_mappings=[{"deviceName": launch.ROOT_DEVICE, "ebs": {
+                "encrypted": "true", "volumeSize": launch.ROOT_VOLUME_GIB, "volumeType": "gp3",
                 "deleteOnTermination": "true", **key}}],
             iam_instance_profile={"arn": profile.arn},
             network_interfaces=nics,
             user_data=base64.b64encode(
-                cloud.user_data(desc, args.group, group).encode()).decode(),
+                launch.user_data(desc, args.group, group).encode()).decode(),
             tag_specifications=[{"resourceType": r, "tags": template_tags}
                                 for r in ("instance", "volume", "network-interface")],
             tags=template_tags, opts=self.child())
@@ -94,7 +94,7 @@ class BurstPool(Component):
         subnets = args.network.subnet_ids["training"]
         asg = aws.autoscaling.Group(
             name, name=name, min_size=group.min_nodes, max_size=group.max_nodes,
-            vpc_zone_identifiers=[subnets[z] for z in cloud.group_zones(group)],
+            vpc_zone_identifiers=[subnets[z] for z in launch.group_zones(group)],
             capacity_rebalance=spot, **placement,
             mixed_instances_policy={
                 "instancesDistribution": {
@@ -116,20 +116,20 @@ class BurstPool(Component):
                                "run_role": self.run_role})
 
     def _profile(self, name: str, args: BurstPoolArgs, tags: dict[str, str]) -> aws.iam.Role:
-        """The run role and its profile (cloud.run_profile_name, which the user-data
+        """The run role and its profile (names.run_profile_name, which the user-data
         names): what a node may do once booted, and no Secrets Manager."""
         desc, group = args.desc, args.desc.burst_groups[args.group]
         role = _ec2_role(f"{name}-node", tags, self.child())
         datasets = _tier_arn(args.storage, desc, "datasets")
         checkpoints = _tier_arn(args.storage, desc, "checkpoints")
         document = pulumi.Output.all(datasets, checkpoints, args.storage.key_arn).apply(
-            lambda a: json.dumps(cloud.node_policy(desc, group, a[0], a[1], a[2])))
+            lambda a: json.dumps(iam.node_policy(desc, group, a[0], a[1], a[2])))
         policy = aws.iam.Policy(f"{name}-node", policy=document, tags=tags,
                                 description=f"gpupool burst group {args.group} nodes",
                                 opts=self.child())
         aws.iam.RolePolicyAttachment(f"{name}-node", role=role.name, policy_arn=policy.arn,
                                      opts=self.child())
-        aws.iam.InstanceProfile(f"{name}-node", name=cloud.run_profile_name(desc, args.group),
+        aws.iam.InstanceProfile(f"{name}-node", name=names.run_profile_name(desc, args.group),
                                 role=role.name, tags=tags, opts=self.child())
         return role
 
@@ -137,14 +137,14 @@ class BurstPool(Component):
                       run_role: aws.iam.Role
                       ) -> tuple[aws.iam.Role, aws.iam.InstanceProfile]:
         """The boot role and its profile, the launch template's: the munge key (MungeKey
-        adds that grant) and the one swap to the run profile (cloud.boot_policy)."""
+        adds that grant) and the one swap to the run profile (iam.boot_policy)."""
         desc, group = args.desc, args.desc.burst_groups[args.group]
         role = _ec2_role(f"{name}-boot", tags, self.child())
         profile = aws.iam.InstanceProfile(
-            f"{name}-boot", name=cloud.boot_profile_name(desc, args.group), role=role.name,
+            f"{name}-boot", name=names.boot_profile_name(desc, args.group), role=role.name,
             tags=tags, opts=self.child())
         document = pulumi.Output.all(profile.arn, run_role.arn).apply(
-            lambda a: json.dumps(cloud.boot_policy(desc, group, a[0], a[1])))
+            lambda a: json.dumps(iam.boot_policy(desc, group, a[0], a[1])))
         policy = aws.iam.Policy(f"{name}-boot", policy=document, tags=tags,
                                 description=f"gpupool burst group {args.group} boot",
                                 opts=self.child())

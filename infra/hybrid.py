@@ -14,15 +14,14 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from gpupool.render import cloud
-from gpupool.spec.model import Description, Egress
+from gpupool.render.cloud import network
+from gpupool.render.cloud.network import EgressPlan, LinkPlan
 from infra.components import Component
 
 
 @dataclass(frozen=True)
 class HybridLinkArgs:
-    desc: Description
-    region: str
+    plan: LinkPlan
     vpc_id: pulumi.Input[str]
     # Subnets a Transit Gateway attachment places its interfaces in: one per zone.
     attach_subnet_ids: list[pulumi.Input[str]]
@@ -44,12 +43,11 @@ class HybridLink(Component):
     def __init__(self, name: str, args: HybridLinkArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("HybridLink", name, opts)
-        desc, region = args.desc, args.region
-        link = desc.network.hybrid_links[region]
-        self.kind = cloud.link_kind(desc, region)
-        tags = {**cloud.tags(desc), "Name": name, "link": self.kind}
-        side: dict[str, Any] = {"link": self.kind, "region": region,
-                                "routes": cloud.vpc_cidrs(desc)}
+        plan, link = args.plan, args.plan.link
+        self.kind = plan.kind
+        tags = {**plan.tags, "Name": name, "link": self.kind}
+        side: dict[str, Any] = {"link": self.kind, "region": plan.region,
+                                "routes": plan.vpc_cidrs}
         if link.transit_gateway is not None:
             attachment = aws.ec2transitgateway.VpcAttachment(
                 name, transit_gateway_id=link.transit_gateway, vpc_id=args.vpc_id,
@@ -77,19 +75,19 @@ class HybridLink(Component):
             elif link.direct_connect_gateway is not None:
                 assoc = aws.directconnect.GatewayAssociation(
                     name, dx_gateway_id=link.direct_connect_gateway,
-                    associated_gateway_id=vgw.id, allowed_prefixes=cloud.vpc_cidrs(desc),
+                    associated_gateway_id=vgw.id, allowed_prefixes=plan.vpc_cidrs,
                     opts=self.child())
                 self.ready.append(assoc)
                 side |= {"direct_connect_gateway": link.direct_connect_gateway}
             side["virtual_private_gateway"] = vgw.id
         self.onprem_side = side
-        self.register_outputs({"onprem_side": side})
+        self.register_outputs({"kind": self.kind, "route_target": self.route_target,
+                               "ready": self.ready, "onprem_side": self.onprem_side})
 
 
 @dataclass(frozen=True)
 class PrivateEgressArgs:
-    desc: Description
-    region: str
+    plan: EgressPlan
     vpc_id: pulumi.Input[str]
     # The nodes' private subnets (one per zone) and their security group.
     subnet_ids: list[pulumi.Input[str]]
@@ -109,17 +107,16 @@ class PrivateEgress(Component):
     def __init__(self, name: str, args: PrivateEgressArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("PrivateEgress", name, opts)
-        desc, region = args.desc, args.region
-        tags = cloud.tags(desc)
+        tags = args.plan.tags
         self.routes, self.endpoint_ids = [], {}
-        if desc.network.hybrid_links[region].egress is Egress.NAT:
-            self._nat(name, args, tags)
+        if args.plan.nat_subnet is not None:
+            self._nat(name, args, args.plan.nat_subnet, tags)
         else:
             self._endpoints(name, args, tags)
-        self.register_outputs({"endpoint_ids": self.endpoint_ids})
+        self.register_outputs({"routes": self.routes, "endpoint_ids": self.endpoint_ids})
 
     def _endpoints(self, name: str, args: PrivateEgressArgs, tags: dict[str, str]) -> None:
-        seg, port = cloud.ENDPOINTS_SEGMENT, cloud.HTTPS_PORT
+        seg, port = network.ENDPOINTS_SEGMENT, network.HTTPS_PORT
         group = aws.ec2.SecurityGroup(
             name, name=name, vpc_id=args.vpc_id, revoke_rules_on_delete=True,
             description="gpupool AWS API endpoints: HTTPS from the nodes only",
@@ -134,24 +131,24 @@ class PrivateEgress(Component):
             from_port=port, to_port=port, referenced_security_group_id=group.id,
             description="AWS APIs through the interface endpoints",
             tags={**tags, "segment": "training", "peer": seg}, opts=self.child())
-        for service in cloud.INTERFACE_ENDPOINT_SERVICES:
-            policy = cloud.interface_endpoint_policy(args.desc, args.region, service)
+        for service, policy in args.plan.endpoint_policies.items():
             ep = aws.ec2.VpcEndpoint(
                 f"{name}-{service}", vpc_id=args.vpc_id,
-                service_name=f"com.amazonaws.{args.region}.{service}",
+                service_name=f"com.amazonaws.{args.plan.region}.{service}",
                 vpc_endpoint_type="Interface", private_dns_enabled=True,
                 subnet_ids=args.subnet_ids, security_group_ids=[group.id],
                 policy=None if policy is None else json.dumps(policy),
                 tags={**tags, "Name": f"{name}-{service}"}, opts=self.child())
             self.endpoint_ids[service] = ep.id
 
-    def _nat(self, name: str, args: PrivateEgressArgs, tags: dict[str, str]) -> None:
-        cidr, zone = cloud.nat_subnet(args.desc, args.region)
+    def _nat(self, name: str, args: PrivateEgressArgs, block: tuple[str, str],
+             tags: dict[str, str]) -> None:
+        cidr, zone = block
         igw = aws.ec2.InternetGateway(name, vpc_id=args.vpc_id, tags={**tags, "Name": name},
                                       opts=self.child())
         public = aws.ec2.RouteTable(
             f"{name}-public", vpc_id=args.vpc_id,
-            routes=[{"cidrBlock": cloud.ANYWHERE_V4, "gatewayId": igw.id}],
+            routes=[{"cidrBlock": network.ANYWHERE_V4, "gatewayId": igw.id}],
             tags={**tags, "Name": f"{name}-public"}, opts=self.child())
         # The NAT gateway's own address is an Elastic IP; nothing launched here gets one.
         subnet = aws.ec2.Subnet(
@@ -168,7 +165,7 @@ class PrivateEgress(Component):
                                  opts=self.child(depends_on=[igw]))
         aws.vpc.SecurityGroupEgressRule(
             f"{name}-training-eg", security_group_id=args.node_group_id, ip_protocol="tcp",
-            from_port=cloud.HTTPS_PORT, to_port=cloud.HTTPS_PORT, cidr_ipv4=cloud.ANYWHERE_V4,
+            from_port=network.HTTPS_PORT, to_port=network.HTTPS_PORT, cidr_ipv4=network.ANYWHERE_V4,
             description="AWS APIs through the NAT gateway",
-            tags={**tags, "segment": "training", "peer": cloud.NAT_PEER}, opts=self.child())
-        self.routes = [{"cidrBlock": cloud.ANYWHERE_V4, "natGatewayId": nat.id}]
+            tags={**tags, "segment": "training", "peer": network.NAT_PEER}, opts=self.child())
+        self.routes = [{"cidrBlock": network.ANYWHERE_V4, "natGatewayId": nat.id}]

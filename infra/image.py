@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from gpupool.render import cloud, image
+from gpupool.render import image
+from gpupool.render.cloud import launch, names
 from gpupool.spec.model import Description
 from infra.components import Component
 from infra.network import NetworkSegments
@@ -54,14 +55,14 @@ class BurstImage(Component):
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("BurstImage", name, opts)
         desc = args.desc
-        tags = cloud.tags(desc, None, **{cloud.TAG_BURST_REGION: args.region})
+        tags = names.tags(desc, None, **{names.TAG_BURST_REGION: args.region})
         document = image.component_document(desc, args.region, args.artifact_digest)
         component = aws.imagebuilder.Component(
             name, name=name, platform="Linux", version=image.version(document),
             data=document, description=f"gpupool burst node of pool {desc.pool.name}",
             tags=tags, opts=self.child())
-        parent = aws.ec2.get_ami_output(most_recent=True, owners=[cloud.AMI_OWNER], filters=[
-            {"name": "name", "values": [cloud.AMI_NAME]},
+        parent = aws.ec2.get_ami_output(most_recent=True, owners=[launch.AMI_OWNER], filters=[
+            {"name": "name", "values": [launch.ami_name(desc)]},
             {"name": "architecture", "values": ["x86_64"]}],
             opts=pulumi.InvokeOutputOptions(parent=self))
         recipe = aws.imagebuilder.ImageRecipe(
@@ -69,8 +70,8 @@ class BurstImage(Component):
             # A new Debian AMI is a new recipe too: versions are immutable.
             version=parent.id.apply(lambda ami: image.version(document + ami)),
             components=[{"componentArn": component.arn}],
-            block_device_mappings=[{"deviceName": cloud.ROOT_DEVICE, "ebs": {
-                "encrypted": "true", "volumeSize": cloud.ROOT_VOLUME_GIB, "volumeType": "gp3",
+            block_device_mappings=[{"deviceName": launch.ROOT_DEVICE, "ebs": {
+                "encrypted": "true", "volumeSize": launch.ROOT_VOLUME_GIB, "volumeType": "gp3",
                 "deleteOnTermination": "true"}}],
             tags=tags, opts=self.child())
         infrastructure = self._infrastructure(name, args, tags)
@@ -92,13 +93,14 @@ class BurstImage(Component):
                                                   tags=tags, opts=self.child())
         if args.prebuilt is not None:
             self.image_id = pulumi.Output.from_input(args.prebuilt)
-            self.source = cloud.IMAGE_FROM_CONFIG
+            self.source = names.IMAGE_FROM_CONFIG
         else:
             built = aws.imagebuilder.Image(name, **build, tags=tags, opts=self.child())
             self.image_id = built.output_resources.apply(lambda out: out[0].amis[0].image)
             self.source = name
         self.pipeline_arn = pipeline.arn
-        self.register_outputs({"image_id": self.image_id, "pipeline_arn": pipeline.arn})
+        self.register_outputs({"image_id": self.image_id, "source": self.source,
+                               "pipeline_arn": self.pipeline_arn})
 
     def _infrastructure(self, name: str, args: BurstImageArgs, tags: dict[str, str]
                         ) -> aws.imagebuilder.InfrastructureConfiguration:
@@ -123,7 +125,7 @@ class BurstImage(Component):
                                      opts=self.child())
         profile = aws.iam.InstanceProfile(f"{name}-builder", role=role.name, tags=tags,
                                           opts=self.child())
-        zone = cloud.region_zones(desc, args.region)[0]
+        zone = names.region_zones(desc, args.region)[0]
         return aws.imagebuilder.InfrastructureConfiguration(
             name, name=name, instance_profile_name=profile.name,
             instance_types=image.instance_types(desc, args.region),

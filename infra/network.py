@@ -3,32 +3,14 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
 
-from gpupool.render import cloud
-from gpupool.spec.model import Description
+from gpupool.render.cloud import network
+from gpupool.render.cloud.network import NetworkPlan
 from infra.components import Component
 from infra.hybrid import HybridLink, HybridLinkArgs, PrivateEgress, PrivateEgressArgs
-
-# CloudWatch Logs accepts only these retention periods (days).
-LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096,
-                      1827, 2192, 2557, 2922, 3288, 3653)
-
-
-def flow_log_retention(desc: Description) -> int:
-    """Flow logs are kept like the archive tier: the shortest allowed period covering it."""
-    days = max((t.retention_days for t in desc.storage_tiers.values()
-                if t.purpose.value == "archive"), default=365)
-    return next((d for d in LOG_RETENTION_DAYS if d >= days), LOG_RETENTION_DAYS[-1])
-
-
-@dataclass(frozen=True)
-class NetworkSegmentsArgs:
-    desc: Description
-    region: str
 
 
 class NetworkSegments(Component):
@@ -43,12 +25,10 @@ class NetworkSegments(Component):
     link: HybridLink
     egress: PrivateEgress
 
-    def __init__(self, name: str, args: NetworkSegmentsArgs,
+    def __init__(self, name: str, args: NetworkPlan,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("NetworkSegments", name, opts)
-        desc, region = args.desc, args.region
-        tags = cloud.tags(desc)
-        cidrs = cloud.vpc_cidrs(desc)
+        tags, cidrs = args.tags, args.vpc_cidrs
         vpc = aws.ec2.Vpc(name, cidr_block=cidrs[0], enable_dns_support=True,
                           enable_dns_hostnames=True, tags={**tags, "Name": name},
                           opts=self.child())
@@ -59,7 +39,7 @@ class NetworkSegments(Component):
         private = f"{name}-private"
         subnets: dict[tuple[str, str], aws.ec2.Subnet] = {}
         self.subnet_ids = {}
-        for (segment, zone), cidr in cloud.subnets(desc, region).items():
+        for (segment, zone), cidr in args.subnets.items():
             sname = f"{name}-{segment}-{zone}"
             subnets[(segment, zone)] = aws.ec2.Subnet(
                 sname, vpc_id=vpc.id, cidr_block=cidr, availability_zone=zone,
@@ -72,15 +52,15 @@ class NetworkSegments(Component):
             description=f"gpupool {seg} segment: declared flows only",
             revoke_rules_on_delete=True, tags={**tags, "Name": f"{name}-{seg}",
                                                "segment": seg},
-            opts=self.child()) for seg in sorted(desc.network.segments)}
+            opts=self.child()) for seg in args.segments}
         # The Kubernetes cluster's on-prem nodes, which a burst node's pod network peers with.
         lists = {n: aws.ec2.ManagedPrefixList(
             f"{name}-{n}", name=f"{name}-{n}", address_family="IPv4",
             max_entries=len(entries), entries=[
                 {"cidr": c, "description": node} for c, node in sorted(entries.items())],
             tags={**tags, "Name": f"{name}-{n}"}, opts=self.child())
-            for n, entries in cloud.prefix_lists(desc).items()}
-        for rule in cloud.firewall_rules(desc):
+            for n, entries in args.prefix_lists.items()}
+        for rule, description in args.rules:
             kind = (aws.vpc.SecurityGroupIngressRule if rule.direction == "ingress"
                     else aws.vpc.SecurityGroupEgressRule)
             peer: dict[str, pulumi.Input[str] | None]
@@ -93,17 +73,16 @@ class NetworkSegments(Component):
             ports = ({} if rule.port is None
                      else {"from_port": rule.port, "to_port": rule.last_port})
             kind(f"{name}-{rule.key}", security_group_id=groups[rule.segment].id,
-                 ip_protocol=rule.protocol, description=cloud.rule_description(desc, rule),
+                 ip_protocol=rule.protocol, description=description,
                  tags={**tags, "flow": rule.service if rule.flow is None else str(rule.flow),
                        "segment": rule.segment, "peer": rule.peer},
                  **peer, **ports,
                  opts=self.child())
-        zones = cloud.region_zones(desc, region)
         self.link = HybridLink(f"{name}-link", HybridLinkArgs(
-            desc, region, vpc.id, [self.subnet_ids["management"][z] for z in zones]),
+            args.link, vpc.id, [self.subnet_ids["management"][z] for z in args.zones]),
             self.child())
         self.egress = PrivateEgress(f"{name}-egress", PrivateEgressArgs(
-            desc, region, vpc.id, [self.subnet_ids["training"][z] for z in zones],
+            args.egress, vpc.id, [self.subnet_ids["training"][z] for z in args.zones],
             groups["training"].id), self.child())
         # On-prem segments through the link; the rest (where asked) through the NAT gateway.
         # Inline routes are the whole table, but the provider leaves the S3 endpoint's
@@ -111,16 +90,16 @@ class NetworkSegments(Component):
         routes = aws.ec2.RouteTable(
             private, vpc_id=vpc.id,
             routes=[*({"cidrBlock": c, **self.link.route_target}
-                      for c in cloud.onprem_cidrs(desc)), *self.egress.routes],
+                      for c in args.onprem_cidrs), *self.egress.routes],
             tags={**tags, "Name": private}, opts=self.child(depends_on=self.link.ready))
         for (segment, zone), subnet in subnets.items():
             aws.ec2.RouteTableAssociation(f"{name}-{segment}-{zone}", subnet_id=subnet.id,
                                           route_table_id=routes.id, opts=self.child())
         endpoint = aws.ec2.VpcEndpoint(f"{name}-s3", vpc_id=vpc.id,
-                                       service_name=f"com.amazonaws.{region}.s3",
+                                       service_name=f"com.amazonaws.{args.region}.s3",
                                        vpc_endpoint_type="Gateway",
                                        route_table_ids=[routes.id],
-                                       policy=json.dumps(cloud.s3_endpoint_policy(desc)),
+                                       policy=json.dumps(args.s3_endpoint_policy),
                                        tags={**tags, "Name": f"{name}-s3"}, opts=self.child())
         # The VPC's default group, which anything launched without a group would get,
         # admits nothing and sends nothing (CIS AWS 5.4): every group gpupool uses is its own.
@@ -130,22 +109,22 @@ class NetworkSegments(Component):
         # Nodes reach their buckets through the gateway endpoint.
         aws.vpc.SecurityGroupEgressRule(
             f"{name}-training-eg-s3", security_group_id=groups["training"].id,
-            ip_protocol="tcp", from_port=cloud.S3_ENDPOINT_PORT,
-            to_port=cloud.S3_ENDPOINT_PORT,
+            ip_protocol="tcp", from_port=network.S3_ENDPOINT_PORT,
+            to_port=network.S3_ENDPOINT_PORT,
             prefix_list_id=endpoint.prefix_list_id, description="S3 through the endpoint",
-            tags={**tags, "segment": "training", "peer": cloud.S3_ENDPOINT_PEER},
+            tags={**tags, "segment": "training", "peer": network.S3_ENDPOINT_PEER},
             opts=self.child())
-        self._flow_logs(name, desc, vpc, tags)
+        self._flow_logs(name, args.flow_log_retention_days, vpc, tags)
         self.vpc_id = vpc.id
         self.security_group_ids = {seg: g.id for seg, g in groups.items()}
         self.register_outputs({"vpc_id": self.vpc_id, "subnet_ids": self.subnet_ids,
                                "security_group_ids": self.security_group_ids,
                                "link": self.link, "egress": self.egress})
 
-    def _flow_logs(self, name: str, desc: Description, vpc: aws.ec2.Vpc,
+    def _flow_logs(self, name: str, retention_days: int, vpc: aws.ec2.Vpc,
                    tags: dict[str, str]) -> None:
         group = aws.cloudwatch.LogGroup(f"{name}-flow-logs", name=f"/gpupool/{name}/flow-logs",
-                                        retention_in_days=flow_log_retention(desc), tags=tags,
+                                        retention_in_days=retention_days, tags=tags,
                                         opts=self.child())
         role = aws.iam.Role(f"{name}-flow-logs", tags=tags, opts=self.child(),
                             assume_role_policy=json.dumps({

@@ -8,13 +8,15 @@ import pulumi
 import pulumi_aws as aws
 
 from gpupool.paths import pulumi_project
-from gpupool.render import cloud, image
+from gpupool.render import image
+from gpupool.render.cloud import iam, names
+from gpupool.render.cloud.network import network_plan
 from gpupool.spec import loader
 from gpupool.spec.model import Description
 from infra.burst import BurstPool, BurstPoolArgs
 from infra.cluster import ClusterServices, ClusterServicesArgs
 from infra.image import BurstImage, BurstImageArgs
-from infra.network import NetworkSegments, NetworkSegmentsArgs
+from infra.network import NetworkSegments
 from infra.secrets import MungeKey, MungeKeyArgs
 from infra.storage import StorageTiers, StorageTiersArgs
 
@@ -24,10 +26,10 @@ def declare(desc: Description) -> None:
     runbooks read."""
     pool = desc.pool.name
     providers = {r: aws.Provider(f"aws-{r}", region=r)
-                 for r in sorted({desc.pool.cloud_region, *cloud.regions(desc)})}
-    networks = {r: NetworkSegments(f"{pool}-{r}", NetworkSegmentsArgs(desc, r),
+                 for r in sorted({desc.pool.cloud_region, *names.regions(desc)})}
+    networks = {r: NetworkSegments(f"{pool}-{r}", network_plan(desc, r),
                                    pulumi.ResourceOptions(providers=[providers[r]]))
-                for r in cloud.regions(desc)}
+                for r in names.regions(desc)}
     home = pulumi.ResourceOptions(providers=[providers[desc.pool.cloud_region]])
     account = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(
         provider=providers[desc.pool.cloud_region])).account_id
@@ -35,12 +37,12 @@ def declare(desc: Description) -> None:
         desc, networks.get(desc.pool.cloud_region), account), home)
     prebuilt = _prebuilt_images(desc)
     digest = _artifact_digest(desc)
-    images = {r: BurstImage(cloud.burst_image_name(desc, r),
+    images = {r: BurstImage(names.burst_image_name(desc, r),
                             BurstImageArgs(desc, r, networks[r], storage, prebuilt.get(r),
                                            digest),
                             pulumi.ResourceOptions(providers=[providers[r]]))
-              for r in cloud.regions(desc)}
-    bursts = {g: BurstPool(cloud.burst_name(desc, g),
+              for r in names.regions(desc)}
+    bursts = {g: BurstPool(names.burst_name(desc, g),
                            BurstPoolArgs(desc, g, networks[b.region], storage,
                                          images[b.region]),
                            pulumi.ResourceOptions(providers=[providers[b.region]]))
@@ -56,6 +58,9 @@ def declare(desc: Description) -> None:
         # Operators attach it to the identity the controller's backup timer runs with.
         pulumi.export("controller_backup_policy",
                       _backup_policy(desc, desc.backup.tier, storage, home).arn)
+    if (sync := _tier_sync_policy(desc, storage, home)) is not None:
+        # Operators attach it to the identity the controller's tier copies run with.
+        pulumi.export("tier_sync_policy", sync.arn)
     cluster = ClusterServices(pool, ClusterServicesArgs(desc))
 
     pulumi.export("onprem_segments", {
@@ -82,25 +87,38 @@ def declare(desc: Description) -> None:
 def _launcher_policy(desc: Description, account: pulumi.Output[str], storage: StorageTiers,
                      bursts: dict[str, BurstPool],
                      opts: pulumi.ResourceOptions) -> aws.iam.Policy:
-    """The least privilege of the controller's resume/suspend (cloud.burst_launch_policy),
+    """The least privilege of the controller's resume/suspend (iam.burst_launch_policy),
     for the boot roles of every burst group (the launch templates' profiles; a node passes
-    its run role itself, cloud.boot_policy)."""
+    its run role itself, iam.boot_policy)."""
     roles = [b.boot_role.arn for _, b in sorted(bursts.items())]
     document = pulumi.Output.all(account, storage.key_arn, *roles).apply(
-        lambda v: json.dumps(cloud.burst_launch_policy(desc, v[0], list(v[2:]), v[1])))
+        lambda v: json.dumps(iam.burst_launch_policy(desc, v[0], list(v[2:]), v[1])))
     return aws.iam.Policy(f"{desc.pool.name}-burst-launcher", policy=document,
-                          tags=cloud.tags(desc), opts=opts,
+                          tags=names.tags(desc), opts=opts,
                           description=f"gpupool {desc.pool.name} burst resume/suspend")
 
 
 def _backup_policy(desc: Description, tier: str, storage: StorageTiers,
                    opts: pulumi.ResourceOptions) -> aws.iam.Policy:
-    """The least privilege of the controller's backups (cloud.controller_backup_policy)."""
+    """The least privilege of the controller's backups (iam.controller_backup_policy)."""
     document = storage.key_arn.apply(
-        lambda key: json.dumps(cloud.controller_backup_policy(desc, tier, key)))
+        lambda key: json.dumps(iam.controller_backup_policy(desc, tier, key)))
     return aws.iam.Policy(f"{desc.pool.name}-controller-backup", policy=document,
-                          tags=cloud.tags(desc), opts=opts,
+                          tags=names.tags(desc), opts=opts,
                           description=f"gpupool {desc.pool.name} controller backups")
+
+
+def _tier_sync_policy(desc: Description, storage: StorageTiers,
+                      opts: pulumi.ResourceOptions) -> aws.iam.Policy | None:
+    """The least privilege of the controller's tier copies (iam.tier_sync_policy), or None
+    where no tier declares a sync."""
+    if not iam.tier_syncs(desc):
+        return None
+    document = storage.key_arn.apply(
+        lambda key: json.dumps(iam.tier_sync_policy(desc, key)))
+    return aws.iam.Policy(f"{desc.pool.name}-tier-sync", policy=document,
+                          tags=names.tags(desc), opts=opts,
+                          description=f"gpupool {desc.pool.name} storage tier copies")
 
 
 def _prebuilt_images(desc: Description) -> dict[str, str]:
@@ -108,7 +126,7 @@ def _prebuilt_images(desc: Description) -> dict[str, str]:
     the program with its message."""
     try:
         return image.image_overrides(pulumi.Config("gpupool").get(image.CONFIG_KEY),
-                                     cloud.regions(desc))
+                                     names.regions(desc))
     except ValueError as e:
         raise pulumi.RunError(str(e)) from None
 
@@ -121,7 +139,7 @@ def _artifact_digest(desc: Description) -> str | None:
         digest = image.artifact_digest(pulumi.Config("gpupool").get(image.DIGEST_KEY))
     except ValueError as e:
         raise pulumi.RunError(str(e)) from None
-    if digest is None and cloud.regions(desc):
+    if digest is None and names.regions(desc):
         pulumi.log.warn(f"gpupool:{image.DIGEST_KEY} is not set: the burst image pipelines "
                         "refuse every artifact until it names the uploaded one's SHA-256 "
                         "(`make burst-image-artifact` prints it)")

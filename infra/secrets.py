@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from gpupool.render import cloud
+from gpupool.render.cloud import iam, names
 from gpupool.spec.model import Description
 from infra.components import Component
 
@@ -26,7 +26,7 @@ class MungeKey(Component):
     every other burst region so nodes read it through their own region's endpoint), a
     secret policy that denies reading it to everyone but the burst nodes' boot roles, and
     per group an inline boot role policy allowing exactly that read. A node swaps its boot
-    profile for its run profile once the key is in place (cloud.user_data), so the read
+    profile for its run profile once the key is in place (launch.user_data), so the read
     ends with the boot.
 
     The program declares no value. The key must be the one the controller already uses
@@ -49,22 +49,22 @@ class MungeKey(Component):
         # lives in the cloud region only, as for the launch template's volumes.
         replicas = sorted({g.region for g in desc.burst_groups.values()} - {home})
         secret = aws.secretsmanager.Secret(
-            name, name=cloud.munge_secret_name(desc), kms_key_id=args.key_arn,
+            name, name=names.munge_secret_name(desc), kms_key_id=args.key_arn,
             description=f"gpupool {desc.pool.name} munge key (read by burst nodes only)",
-            replicas=[{"region": r} for r in replicas], tags=cloud.tags(desc),
+            replicas=[{"region": r} for r in replicas], tags=names.tags(desc),
             opts=self.child())
         role_arns = [args.roles[g].arn for g in sorted(args.roles)]
         aws.secretsmanager.SecretPolicy(
             name, secret_arn=secret.arn, block_public_policy=True,
             policy=pulumi.Output.all(*role_arns).apply(
-                lambda arns: json.dumps(cloud.munge_secret_policy(list(arns)))),
+                lambda arns: json.dumps(iam.munge_secret_policy(list(arns)))),
             opts=self.child())
         for group_name, role in sorted(args.roles.items()):
             group = desc.burst_groups[group_name]
             aws.iam.RolePolicy(
                 f"{name}-{group_name}", role=role.name,
                 policy=pulumi.Output.all(secret.arn, args.key_arn).apply(
-                    lambda a, g=group: json.dumps(cloud.munge_read_policy(desc, g, a[0], a[1]))),
+                    lambda a, g=group: json.dumps(iam.munge_read_policy(desc, g, a[0], a[1]))),
                 opts=self.child())
         self.secret_arn = secret.arn
         self.register_outputs({"secret_arn": secret.arn})

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from gpupool.render import cloud
+from gpupool.render.cloud import names, storage
 from gpupool.spec.model import Description
 from infra.components import Component
 from infra.network import NetworkSegments
@@ -37,19 +37,19 @@ class StorageTiers(Component):
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("StorageTiers", name, opts)
         desc = args.desc
-        tags = cloud.tags(desc)
+        tags = names.tags(desc)
         key = aws.kms.Key(f"{name}-key", description=f"gpupool {desc.pool.name} storage",
                           enable_key_rotation=True, deletion_window_in_days=30, tags=tags,
                           policy=args.account.apply(
-                              lambda a: json.dumps(cloud.key_policy(desc, a))),
+                              lambda a: json.dumps(storage.key_policy(desc, a))),
                           opts=self.child())
         aws.kms.Alias(f"{name}-key", name=f"alias/gpupool-{desc.pool.name}",
                       target_key_id=key.key_id, opts=self.child())
         self.key_arn = key.arn
         self.bucket_arns, self.bucket_names = {}, {}
         buckets: list[aws.s3.Bucket] = []
-        for tier_name, tier in cloud.bucket_tiers(desc).items():
-            bname = cloud.bucket_name(desc, tier_name)
+        for tier_name, tier in storage.bucket_tiers(desc).items():
+            bname = names.bucket_name(desc, tier_name)
             res = f"{name}-{tier_name}"
             bucket = aws.s3.Bucket(res, bucket=bname, tags={**tags, "tier": tier_name},
                                    opts=self.child())
@@ -69,11 +69,11 @@ class StorageTiers(Component):
                                         versioning_configuration={"status": "Enabled"},
                                         opts=self.child())
             aws.s3.BucketLifecycleConfiguration(
-                res, bucket=bucket.bucket, rules=cloud.lifecycle_rules(tier_name, tier),
+                res, bucket=bucket.bucket, rules=storage.lifecycle_rules(tier_name, tier),
                 opts=self.child())
             aws.s3.BucketPolicy(
                 res, bucket=bucket.bucket, opts=self.child(),
-                policy=json.dumps(cloud.bucket_policy(desc, tier_name)))
+                policy=json.dumps(storage.bucket_policy(desc, tier_name)))
             buckets.append(bucket)
             self.bucket_arns[tier_name] = bucket.arn
             self.bucket_names[tier_name] = bname
@@ -85,20 +85,20 @@ class StorageTiers(Component):
     def _scratch(self, name: str, desc: Description, network: NetworkSegments | None,
                  tags: dict[str, str], buckets: list[aws.s3.Bucket]
                  ) -> pulumi.Output[str] | None:
-        scratch = cloud.scratch_tier(desc)
+        scratch = storage.scratch_tier(desc)
         if scratch is None:
             return None
         tier_name, tier = scratch
         if network is None:
             raise ValueError(f"storage tier {tier_name} is Lustre scratch but no burst group "
                              f"declares a VPC in {desc.pool.cloud_region}")
-        datasets = cloud.lustre_import_tier(desc)
-        link = ({"import_path": f"s3://{cloud.bucket_name(desc, datasets)}",
+        datasets = storage.lustre_import_tier(desc)
+        link = ({"import_path": f"s3://{names.bucket_name(desc, datasets)}",
                  "auto_import_policy": "NEW_CHANGED_DELETED"} if datasets else {})
         zone_subnets = network.subnet_ids["storage"]
         fs = aws.fsx.LustreFileSystem(
             f"{name}-{tier_name}", deployment_type="SCRATCH_2",
-            storage_capacity=cloud.fsx_capacity_gib(tier.size_tib),
+            storage_capacity=storage.fsx_capacity_gib(tier.size_tib),
             subnet_ids=zone_subnets[sorted(zone_subnets)[0]],
             security_group_ids=[network.security_group_ids["storage"]],
             tags={**tags, "tier": tier_name}, **link, opts=self.child(depends_on=buckets))

@@ -8,10 +8,11 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from gpupool.render.cloud import LABEL_PREFIX, TAG_TEAM
+from gpupool.render.cloud.names import TAG_TEAM
 from gpupool.render.k8s_objects import GPU_RESOURCE, POD_SECURITY_LABELS
-from gpupool.render.node_labels import LABEL_CAPACITY, LABEL_MODEL
+from gpupool.render.node_labels import LABEL_CAPACITY, LABEL_MODEL, LABEL_PREFIX
 from gpupool.render.scheduling import team_shares
+from gpupool.spec import os_release
 from gpupool.spec.facts import gpu_capacity
 from gpupool.spec.model import VERSION_RE, Description
 from policies.core import Level, Res, Stack, resource_policy, stack_policy
@@ -204,9 +205,8 @@ def quota_capacity(stack: Stack, desc: Description) -> Iterator[tuple[str | None
               "Every version in the software lock is one exact version and not blocklisted.")
 def software_pinned(stack: Stack, desc: Description) -> Iterator[tuple[str | None, str]]:
     sw = desc.software
-    locked = {k: v for k, v in sw.__dict__.items() if k != "blocklist"}
-    for component, version in locked.items():
+    for path, component, version in os_release.locked_versions(desc):
         if not re.match(VERSION_RE, str(version)):
-            yield None, f"software.{component} is {version!r}, not one exact version"
+            yield None, f"{path} is {version!r}, not one exact version"
         elif version in sw.blocklist.get(component, []):
-            yield None, f"software.{component} {version} is blocklisted"
+            yield None, f"{path} {version} is blocklisted"

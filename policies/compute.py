@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gpupool.render import cloud, image
+from gpupool.render import image
+from gpupool.render.cloud import names, storage
 from gpupool.spec.model import Description, Purpose
 from policies.core import (
     Level,
@@ -102,10 +103,10 @@ def _writes_checkpoints(policy: Res, bucket: str) -> bool:
               "Spot capacity only with a checkpoints bucket its nodes can write and a "
               "preemptible task class that requeues.")
 def spot_checkpoints(stack: Stack, desc: Description) -> Iterator[tuple[str | None, str]]:
-    tiers = [t for t, v in cloud.bucket_tiers(desc).items() if v.purpose is Purpose.CHECKPOINTS]
-    names = {cloud.bucket_name(desc, t) for t in tiers}
+    tiers = [t for t, v in storage.bucket_tiers(desc).items() if v.purpose is Purpose.CHECKPOINTS]
+    buckets = {names.bucket_name(desc, t) for t in tiers}
     declared = [b.props.get("bucket") for b in stack.of_type(AWS_BUCKET)
-                if b.props.get("bucket") in names]
+                if b.props.get("bucket") in buckets]
     requeue = [n for n, c in desc.task_classes.items() if c.preemptible and c.requeue]
     for asg in stack.of_type(AWS_ASG):
         if not _spot(asg):
@@ -136,7 +137,7 @@ def _prebuilt(stack: Stack, desc: Description) -> tuple[dict[str, str], str | No
     value, _ = stack.config.get(f"gpupool:{image.CONFIG_KEY}", (None, False))
     try:
         return image.image_overrides(value if isinstance(value, str) else None,
-                                     cloud.regions(desc)), None
+                                     names.regions(desc)), None
     except ValueError as e:
         return {}, str(e)
 
@@ -149,16 +150,16 @@ def burst_image_prebuilt(stack: Stack, desc: Description) -> Iterator[tuple[str 
     given, problem = _prebuilt(stack, desc)
     if problem:
         yield None, problem
-    built = {(i.name, tags_of(i).get(cloud.TAG_BURST_REGION))
+    built = {(i.name, tags_of(i).get(names.TAG_BURST_REGION))
              for i in stack.of_type(AWS_IMAGEBUILDER_IMAGE)}
     for lt in stack.of_type(AWS_LAUNCH_TEMPLATE):
         group = tags_of(lt).get(GROUP_TAG)
         if group not in desc.burst_groups:
             continue
         region = desc.burst_groups[group].region
-        source = tags_of(lt).get(cloud.TAG_BURST_IMAGE)
+        source = tags_of(lt).get(names.TAG_BURST_IMAGE)
         ami = lt.props.get("imageId")
-        if source == cloud.IMAGE_FROM_CONFIG and region in given:
+        if source == names.IMAGE_FROM_CONFIG and region in given:
             if ami is not None and ami != given[region]:
                 yield lt.urn, (f"burst group {group} boots {ami}, not {given[region]} that "
                                f"gpupool:{image.CONFIG_KEY} names for {region}")

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 
 from gpupool.preview.aws_types import aws_taggable
-from gpupool.render import cloud
+from gpupool.render.cloud import names
 from gpupool.render.lab_controls import weakened
 from gpupool.spec.model import Description
 from policies.core import Level, Res, Stack, resource_policy, stack_policy, tags_of
@@ -31,20 +31,20 @@ def cost_tags(r: Res, desc: Description) -> Iterator[str]:
     if not taggable(r):
         return
     tags = tags_of(r)
-    missing = [k for k in (cloud.TAG_POOL, cloud.TAG_TEAM, cloud.TAG_COST_CENTRE)
+    missing = [k for k in (names.TAG_POOL, names.TAG_TEAM, names.TAG_COST_CENTRE)
                if not tags.get(k)]
     if missing:
         yield f"missing tags: {', '.join(missing)}"
         return
-    team = tags[cloud.TAG_TEAM]
-    if tags[cloud.TAG_POOL] != desc.pool.name:
-        yield f"pool tag {tags[cloud.TAG_POOL]} is not this pool ({desc.pool.name})"
-    if team != cloud.SHARED and team not in desc.teams:
+    team = tags[names.TAG_TEAM]
+    if tags[names.TAG_POOL] != desc.pool.name:
+        yield f"pool tag {tags[names.TAG_POOL]} is not this pool ({desc.pool.name})"
+    if team != names.SHARED and team not in desc.teams:
         yield f"team tag {team} names no declared team"
         return
     expected = desc.teams[team].cost_centre if team in desc.teams else desc.pool.cost_centre
-    if tags[cloud.TAG_COST_CENTRE] != expected:
-        yield (f"cost-centre tag {tags[cloud.TAG_COST_CENTRE]} is not {team}'s cost centre "
+    if tags[names.TAG_COST_CENTRE] != expected:
+        yield (f"cost-centre tag {tags[names.TAG_COST_CENTRE]} is not {team}'s cost centre "
                f"{expected}")
 
 

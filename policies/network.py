@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterator
 
-from gpupool.render import cloud
+from gpupool.render.cloud import launch, network
 from gpupool.spec.model import Description
 from policies.core import Level, Res, Stack, resource_policy, stack_policy, tags_of
 from policies.types import (
@@ -65,8 +65,8 @@ def no_open_ingress(r: Res, desc: Description) -> Iterator[str]:
 def _allowed(desc: Description) -> set[tuple[str, str, str, str, int | None, int | None]]:
     """(segment, direction, peer, protocol, first port, last port) of every rule allowed."""
     allowed = {(f.segment, f.direction, f.peer, f.protocol, f.port, f.last_port)
-               for f in cloud.firewall_rules(desc)}
-    allowed |= {(*r, r[-1]) for r in cloud.service_rules(desc)}
+               for f in network.firewall_rules(desc)}
+    allowed |= {(*r, r[-1]) for r in network.service_rules(desc)}
     return allowed
 
 
@@ -152,7 +152,7 @@ def _routes_to(table: Res, address: str) -> bool:
               "Every burst subnet is associated with a route table that sends each "
               "controller's on-prem segment over the hybrid link.")
 def burst_subnet_routes(stack: Stack, desc: Description) -> Iterator[tuple[str | None, str]]:
-    ctls = cloud.controller_addresses(desc)  # the backup too: a burst node turns to it
+    ctls = launch.controller_addresses(desc)  # the backup too: a burst node turns to it
     tables = {r.name: r for r in stack.of_type(AWS_ROUTE_TABLE)}
     associated = {r.name for r in stack.of_type(AWS_ROUTE_TABLE_ASSOCIATION)}
     for subnet in stack.of_type(AWS_SUBNET):

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from fnmatch import fnmatchcase
 from typing import Any
 
-from gpupool.render import cloud
+from gpupool.render.cloud import names, storage
 from gpupool.spec.model import Description, Purpose
 from policies.core import (
     Level,
@@ -122,10 +122,10 @@ def tls_only(stack: Stack, desc: Description) -> Iterator[tuple[str | None, str]
               "Each checkpoints tier has a bucket with versioning enabled and a lifecycle.")
 def checkpoints_versioned(stack: Stack, desc: Description
                           ) -> Iterator[tuple[str | None, str]]:
-    for tier, t in cloud.bucket_tiers(desc).items():
+    for tier, t in storage.bucket_tiers(desc).items():
         if t.purpose is not Purpose.CHECKPOINTS:
             continue
-        name = cloud.bucket_name(desc, tier)
+        name = names.bucket_name(desc, tier)
         buckets = [b for b in stack.of_type(AWS_BUCKET) if b.props.get("bucket") == name]
         if not buckets:
             yield None, f"checkpoints tier {tier} has no bucket ({name})"
@@ -148,7 +148,7 @@ def _rules(r: Res) -> list[dict]:
                  "move them before expiry.", (AWS_LIFECYCLE,))
 def retention(r: Res, desc: Description) -> Iterator[str]:
     bucket = r.props.get("bucket")
-    tier = cloud.tier_of_bucket(desc, bucket)
+    tier = storage.tier_of_bucket(desc, bucket)
     if tier is None:
         yield f"bucket {bucket} belongs to no storage tier of the description"
         return

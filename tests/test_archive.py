@@ -14,7 +14,7 @@ import pytest
 from gpupool.exercise import archive
 from gpupool.lab import localaws
 from gpupool.onhost import reference_train
-from gpupool.render import cloud
+from gpupool.render.cloud import names, storage
 from gpupool.spec import loader
 from tests.conftest import ROOT
 
@@ -35,10 +35,10 @@ def test_archive_then_restore_the_newest_valid(job_dir: Path, tmp_path: Path) ->
     with localaws.endpoint() as url:
         assert archive.archive_job(desc, url, job_dir, "vision/run") == 3
         s3 = boto3.client("s3", region_name=desc.pool.cloud_region, endpoint_url=url)
-        bucket = cloud.bucket_name(desc, "archive")
+        bucket = names.bucket_name(desc, "archive")
         head = s3.head_object(Bucket=bucket, Key=f"vision/run/{newest.name}")
         # The archive tier's own storage class, as the Pulumi lifecycle declares it.
-        assert head["StorageClass"] == cloud.transitions(desc.storage_tiers["archive"])[0][
+        assert head["StorageClass"] == storage.transitions(desc.storage_tiers["archive"])[0][
             "storageClass"]
         # Corrupt the newest copy in the archive: the restore falls back to the one before.
         s3.put_object(Bucket=bucket, Key=f"vision/run/{newest.name}", Body=b"{}")

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.render import cloud, node_labels, shell_template
-from gpupool.spec import loader
+from gpupool.render import node_labels, shell_template
+from gpupool.render.cloud import launch, names, storage
+from gpupool.spec import loader, model
 from gpupool.spec.model import BurstGroup, Description
 from tests.conftest import ROOT
 from tests.test_burst_boot import KEY_B64, _boot
@@ -44,7 +45,7 @@ def _groups() -> list[tuple[str, Description, str, BurstGroup]]:
 def test_every_shipped_boot_script_is_valid_bash(stack: str, desc: Description, name: str,
                                                  group: BurstGroup, tmp_path: Path) -> None:
     script = tmp_path / f"{stack}-{name}.sh"
-    script.write_text(cloud.user_data(desc, name, group))
+    script.write_text(launch.user_data(desc, name, group))
     subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)
     if shutil.which("shellcheck") is None:
         pytest.skip("shellcheck is not installed (Debian's package shellcheck): bash -n only")
@@ -59,7 +60,7 @@ def _hostile(desc: Description) -> tuple[Description, str, BurstGroup]:
     profiles, its cluster name, its kubelet labels), a team's, the group's region and a
     tier's mount path (its mount unit)."""
     tier_name, tier = next((n, t) for n, t in desc.storage_tiers.items()
-                           if t.mount is not None and t.mount.fstype in cloud.SHARED_FSTYPES)
+                           if t.mount is not None and t.mount.fstype in model.SHARED_FSTYPES)
     assert tier.mount is not None
     mount = tier.mount.model_copy(update={"path": f"/{HOSTILE}"})
     desc = desc.model_copy(update={
@@ -75,27 +76,27 @@ def _hostile(desc: Description) -> tuple[Description, str, BurstGroup]:
 def test_a_hostile_value_stays_one_word_in_the_boot_script(tmp_path: Path, gate: str) -> None:
     desc, name, group = _hostile(loader.load_stack("example", ROOT))
     assert desc.kubernetes is not None  # the kubelet section is written too
-    script = cloud.user_data(desc, name, group)
+    script = launch.user_data(desc, name, group)
     subprocess.run(["bash", "-n"], input=script, text=True, check=True, timeout=30)
     done = _boot(tmp_path, script, NODE_TAG="prod-h100-burst-3", MUNGE_B64=KEY_B64,
                  LIFE_CYCLE="unknown", LOCAL_IPV4="10.0.0.7", GATE=gate)
     assert done.rc == (0 if gate == "pass" else 1), done.stderr
     assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()
     # The stub writes one argument a line: the values are the words between the options.
-    secret = cloud.munge_secret_name(desc)
+    secret = names.munge_secret_name(desc)
     assert f"--region\n{HOSTILE}\n--secret-id\n{secret}\n--query\n" in done.log("aws.args")
     swap = done.log("ec2.calls")
-    assert f"Name={cloud.run_profile_name(desc, name)} " in swap
-    for unit in cloud.mount_units(desc):
+    assert f"Name={names.run_profile_name(desc, name)} " in swap
+    for unit in storage.mount_units(desc):
         assert f"systemctl start {unit}\n" in done.log("commands")
-    facts = (tmp_path / cloud.FACTS_PATH.lstrip("/")).read_text()
-    assert json.loads(facts) == json.loads(json.dumps(cloud.burst_facts(desc, name, group)))
+    facts = (tmp_path / launch.FACTS_PATH.lstrip("/")).read_text()
+    assert json.loads(facts) == json.loads(json.dumps(launch.burst_facts(desc, name, group)))
     kinds = node_labels.burst_nodes(desc, name)
     kubelet = (tmp_path / "etc/default/kubelet").read_text()
     spot = node_labels.kubelet_args(kinds[node_labels.SPOT])
     assert kubelet == f'KUBELET_EXTRA_ARGS="{spot}"\n'
     if gate == "fail":  # the client configuration it reports its failure with
-        conf = (tmp_path / cloud.CLIENT_CONF.lstrip("/")).read_text()
+        conf = (tmp_path / launch.CLIENT_CONF.lstrip("/")).read_text()
         assert conf.startswith(f"ClusterName={HOSTILE}\nSlurmctldHost=")
 
 

@@ -24,7 +24,8 @@ from botocore.exceptions import ClientError
 from gpupool.lab import localaws
 from gpupool.lab.localaws import ICE, CapacityProxy, overrides
 from gpupool.onhost import burst, spot_watch
-from gpupool.render import cloud, slurm
+from gpupool.render import slurm
+from gpupool.render.cloud import names
 from gpupool.spec import loader
 
 REGION = "eu-west-1"
@@ -159,7 +160,7 @@ def test_config_comes_from_the_description():
     example = loader.load_stack("example")
     for name, g in slurm.burst_config(example)["groups"].items():
         declared = example.burst_groups[name]
-        assert g["placement_group"] == (cloud.burst_name(example, name) if declared.efa
+        assert g["placement_group"] == (names.burst_name(example, name) if declared.efa
                                         else None)
         assert g["zones"] == (declared.availability_zones[:1] if declared.efa
                               else declared.availability_zones)

@@ -22,7 +22,7 @@ from moto import mock_aws
 
 from gpupool.lab import burst_hosts, localaws
 from gpupool.onhost import burst
-from gpupool.render import cloud
+from gpupool.render.cloud import launch, names, storage
 from gpupool.spec import catalog, loader
 from gpupool.spec.model import BurstGroup, Description
 from tests.conftest import ROOT
@@ -119,7 +119,7 @@ def _boot(tmp: Path, script: str, **env: str) -> Boot:
     # The image has /etc/munge and /etc/default (packages installed by the roles).
     for d in (bin_, log, tmp / "etc/munge", tmp / "etc/default"):
         d.mkdir(parents=True, exist_ok=True)
-    (tmp / cloud.NODE_EXPORTER_DEFAULTS.lstrip("/")).write_text(NODE_EXPORTER_ARGS)
+    (tmp / launch.NODE_EXPORTER_DEFAULTS.lstrip("/")).write_text(NODE_EXPORTER_ARGS)
     for name, text in {"curl": CURL, "aws": AWS, "systemctl": SYSTEMCTL, "chown": LOGGER,
                        "sleep": LOGGER, "python3": GATE, "scontrol": SCONTROL}.items():
         (bin_ / name).write_text(text)
@@ -135,12 +135,12 @@ def _boot(tmp: Path, script: str, **env: str) -> Boot:
 
 
 def test_the_tag_key_the_controller_port_and_the_watcher_agree_with_their_owners() -> None:
-    assert cloud.TAG_SLURM_NODE == burst.NODE_TAG
+    assert names.TAG_SLURM_NODE == burst.NODE_TAG
     defaults = yaml.safe_load((ROOT / "roles/slurm/defaults/main.yml").read_text())
-    assert defaults["slurm_ctld_port"] == cloud.SLURMCTLD_PORT == catalog.SLURMCTLD_PORT
+    assert defaults["slurm_ctld_port"] == catalog.SLURMCTLD_PORT
     assert defaults["slurm_slurmd_port"] == catalog.SLURMD_PORT
     compute = (ROOT / "roles/slurm/tasks/node_files.yml").read_text()
-    assert f"dest: /etc/systemd/system/{cloud.SPOT_WATCH_UNIT.format('')}\n" in compute
+    assert f"dest: /etc/systemd/system/{launch.SPOT_WATCH_UNIT.format('')}\n" in compute
 
 
 def test_the_boot_rebinds_the_exporters_the_image_has() -> None:
@@ -149,7 +149,7 @@ def test_the_boot_rebinds_the_exporters_the_image_has() -> None:
     unit reads the listen host the boot's drop-in sets."""
     debian = yaml.safe_load((ROOT / "roles/node_exporter/vars/Debian.yml").read_text())
     assert (debian["node_exporter_service"], debian["node_exporter_defaults_file"]) == (
-        cloud.NODE_EXPORTER_UNIT, cloud.NODE_EXPORTER_DEFAULTS)
+        launch.NODE_EXPORTER_UNIT, launch.NODE_EXPORTER_DEFAULTS)
     template = (ROOT / "roles/node_exporter/templates/defaults.j2").read_text()
     (line,) = [t for t in template.splitlines() if t.startswith("ARGS=")]
     role = yaml.safe_load((ROOT / "roles/node_exporter/defaults/main.yml").read_text())
@@ -162,7 +162,7 @@ def test_the_boot_rebinds_the_exporters_the_image_has() -> None:
     assert line + "\n" == NODE_EXPORTER_ARGS
     unit = (ROOT / "roles/dcgm/templates/dcgm-exporter.service.j2").read_text()
     assert "--address ${DCGM_EXPORTER_HOST}:" in unit
-    assert f"dest: /etc/systemd/system/{cloud.DCGM_EXPORTER_UNIT}.service," in (
+    assert f"dest: /etc/systemd/system/{launch.DCGM_EXPORTER_UNIT}.service," in (
         ROOT / "roles/dcgm/tasks/main.yml").read_text()
 
 
@@ -170,14 +170,15 @@ def test_the_boot_rebinds_the_exporters_the_image_has() -> None:
                          ids=lambda v: v if isinstance(v, str) else "")
 def test_user_data_is_valid_bash_and_keeps_the_facts(desc: Description, name: str,
                                                      group: BurstGroup) -> None:
-    script = cloud.user_data(desc, name, group)
+    script = launch.user_data(desc, name, group)
     assert script.startswith("#!/bin/bash\nset -euo pipefail\n")
     subprocess.run(["bash", "-n"], input=script, text=True, check=True, timeout=30)
     assert "/etc/gpupool/burst.json" in script
-    secret = (f"--region {group.region} --secret-id {cloud.munge_secret_name(desc)} "
+    secret = (f"--region {group.region} --secret-id {names.munge_secret_name(desc)} "
               "--query SecretBinary")
     assert secret in script
-    servers = ",".join(f"{a}:{cloud.SLURMCTLD_PORT}" for _, a in cloud.controller_addresses(desc))
+    servers = ",".join(f"{a}:{catalog.SLURMCTLD_PORT}"
+                       for _, a in launch.controller_addresses(desc))
     assert f"conf_server={servers}\n" in script
     # The key is in place and munge restarted, then the gate passed, before slurmd starts.
     assert (script.index("systemctl restart munge") < script.index("gpupool.gate.boot")
@@ -189,38 +190,38 @@ def test_a_booted_instance_writes_the_key_and_starts_slurmd_configless(tmp_path:
                                                                        life_cycle: str) -> None:
     desc = loader.load_stack("example", ROOT)
     name, group = next(iter(desc.burst_groups.items()))
-    done = _boot(tmp_path, cloud.user_data(desc, name, group), NODE_TAG="prod-h100-burst-3",
+    done = _boot(tmp_path, launch.user_data(desc, name, group), NODE_TAG="prod-h100-burst-3",
                  MUNGE_B64=KEY_B64, LIFE_CYCLE=life_cycle, LOCAL_IPV4="10.20.30.40")
     assert done.rc == 0, done.stderr
     key = tmp_path / "etc/munge/munge.key"
     assert key.read_bytes() == KEY
     assert stat.S_IMODE(key.stat().st_mode) == 0o400
     assert not (tmp_path / "etc/munge/munge.key.new").exists()
-    [(_, address)] = cloud.controller_addresses(desc)
+    [(_, address)] = launch.controller_addresses(desc)
     assert (tmp_path / "etc/default/slurmd").read_text() == (
         f'SLURMD_OPTIONS="--conf-server {address}:6817 -N prod-h100-burst-3"\n')
     # Debian's unit needs /etc/slurm/slurm.conf, which a configless node never has.
-    assert (tmp_path / cloud.SLURMD_DROPIN.lstrip("/")).read_text() == (
+    assert (tmp_path / launch.SLURMD_DROPIN.lstrip("/")).read_text() == (
         "[Unit]\nConditionPathExists=\n")
     commands = done.log("commands").splitlines()
     assert f"chown munge:munge {tmp_path}/etc/munge/munge.key.new" in commands
-    watcher = ([f"systemctl enable --now {cloud.SPOT_WATCH_UNIT.format('prod-h100-burst-3')}"]
+    watcher = ([f"systemctl enable --now {launch.SPOT_WATCH_UNIT.format('prod-h100-burst-3')}"]
                if life_cycle == "spot" else [])
-    mounts = [f"systemctl start {u}" for u in cloud.mount_units(desc)]
+    mounts = [f"systemctl start {u}" for u in storage.mount_units(desc)]
     assert mounts, "the example declares network tiers"
     assert [c for c in commands if c.startswith("systemctl")] == [
         "systemctl restart munge", *mounts,
-        f"systemctl enable --now {cloud.NODE_EXPORTER_UNIT}", "systemctl daemon-reload",
-        f"systemctl enable --now {cloud.DCGM_EXPORTER_UNIT}", "systemctl daemon-reload",
+        f"systemctl enable --now {launch.NODE_EXPORTER_UNIT}", "systemctl daemon-reload",
+        f"systemctl enable --now {launch.DCGM_EXPORTER_UNIT}", "systemctl daemon-reload",
         "systemctl enable slurmd", "systemctl restart slurmd", *watcher]
     assert done.log("aws.args").splitlines() == [
         "secretsmanager", "get-secret-value", "--region", group.region,
-        "--secret-id", cloud.munge_secret_name(desc), "--query", "SecretBinary",
+        "--secret-id", names.munge_secret_name(desc), "--query", "SecretBinary",
         "--output", "text", "--cli-connect-timeout", "5", "--cli-read-timeout", "10"]
     # The node and DCGM exporters serve on the instance's address, on the image's ports.
-    assert (tmp_path / cloud.NODE_EXPORTER_DEFAULTS.lstrip("/")).read_text() == (
+    assert (tmp_path / launch.NODE_EXPORTER_DEFAULTS.lstrip("/")).read_text() == (
         NODE_EXPORTER_ARGS.replace("0.0.0.0:9100", "10.20.30.40:9100"))
-    assert (tmp_path / cloud.DCGM_EXPORTER_DROPIN.lstrip("/")).read_text() == (
+    assert (tmp_path / launch.DCGM_EXPORTER_DROPIN.lstrip("/")).read_text() == (
         "[Service]\nEnvironment=DCGM_EXPORTER_HOST=10.20.30.40\n")
     # IMDSv2: a token first, then the tag with it.
     assert "X-aws-ec2-metadata-token: token" in done.log("curl")
@@ -232,7 +233,7 @@ def test_a_burst_node_knows_the_backup_controller(tmp_path: Path) -> None:
     # to the backup when the primary does not answer.
     desc = loader.load_stack("lab", ROOT)
     name, group = next(iter(desc.burst_groups.items()))
-    done = _boot(tmp_path, cloud.user_data(desc, name, group), NODE_TAG="l4-burst-1",
+    done = _boot(tmp_path, launch.user_data(desc, name, group), NODE_TAG="l4-burst-1",
                  MUNGE_B64=KEY_B64)
     assert done.rc == 0, done.stderr
     assert (tmp_path / "etc/default/slurmd").read_text() == (
@@ -245,7 +246,7 @@ def test_a_hostile_node_tag_stops_the_boot_before_anything_starts(tmp_path: Path
                                                                   tag: str) -> None:
     desc = loader.load_stack("lab", ROOT)
     name, group = next(iter(desc.burst_groups.items()))
-    done = _boot(tmp_path, cloud.user_data(desc, name, group), NODE_TAG=tag, MUNGE_B64="eA==")
+    done = _boot(tmp_path, launch.user_data(desc, name, group), NODE_TAG=tag, MUNGE_B64="eA==")
     assert done.rc != 0 and "invalid Slurm node name tag" in done.stderr, done.stderr
     assert not (tmp_path / "etc/default/slurmd").exists()
     assert not (tmp_path / "etc/munge/munge.key").exists()
@@ -256,16 +257,16 @@ def test_a_hostile_node_tag_stops_the_boot_before_anything_starts(tmp_path: Path
 def test_missing_tag_or_secret_fails_after_bounded_tries(tmp_path: Path) -> None:
     desc = loader.load_stack("lab", ROOT)
     name, group = next(iter(desc.burst_groups.items()))
-    script = cloud.user_data(desc, name, group)
+    script = launch.user_data(desc, name, group)
     no_tag = _boot(tmp_path / "tag", script, MUNGE_B64="eA==")
     assert no_tag.rc != 0 and "no Slurm node name tag" in no_tag.stderr
-    assert no_tag.log("commands").count("sleep") == cloud.BOOT_ATTEMPTS
+    assert no_tag.log("commands").count("sleep") == launch.BOOT_ATTEMPTS
     no_imds = _boot(tmp_path / "imds", script, IMDS_DOWN="1", NODE_TAG="n1")
-    assert no_imds.rc != 0 and no_imds.log("commands").count("sleep") == cloud.BOOT_ATTEMPTS
+    assert no_imds.rc != 0 and no_imds.log("commands").count("sleep") == launch.BOOT_ATTEMPTS
     no_key = _boot(tmp_path / "key", script, NODE_TAG="lab-burst-1")
     assert no_key.rc != 0
-    assert cloud.munge_secret_name(desc) in no_key.stderr
-    assert len(no_key.log("aws.calls").split()) == cloud.BOOT_ATTEMPTS
+    assert names.munge_secret_name(desc) in no_key.stderr
+    assert len(no_key.log("aws.calls").split()) == launch.BOOT_ATTEMPTS
     assert not (tmp_path / "key/etc/default/slurmd").exists()
 
 
@@ -276,28 +277,28 @@ def test_hostile_description_values_reach_commands_as_single_words(tmp_path: Pat
     pool = desc.pool.model_copy(update={"name": "p'$(touch PWNED)'\"; touch PWNED; #"})
     desc = desc.model_copy(update={"pool": pool})
     group = group.model_copy(update={"region": "eu-west-1 $(touch PWNED) `touch PWNED`"})
-    script = cloud.user_data(desc, name, group)
+    script = launch.user_data(desc, name, group)
     subprocess.run(["bash", "-n"], input=script, text=True, check=True, timeout=30)
     done = _boot(tmp_path, script, NODE_TAG="n1", MUNGE_B64="eA==")
     assert done.rc == 0, done.stderr
     args = done.log("aws.args").splitlines()
     assert args[args.index("--region") + 1] == group.region
-    assert args[args.index("--secret-id") + 1] == cloud.munge_secret_name(desc)
+    assert args[args.index("--secret-id") + 1] == names.munge_secret_name(desc)
     assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()
 
 
 def test_the_gate_runs_on_the_facts_before_slurmd_and_a_pass_starts_it(tmp_path: Path) -> None:
     desc = loader.load_stack("lab", ROOT)
     name, group = next(iter(desc.burst_groups.items()))
-    done = _boot(tmp_path, cloud.user_data(desc, name, group), NODE_TAG="l4-burst-1",
+    done = _boot(tmp_path, launch.user_data(desc, name, group), NODE_TAG="l4-burst-1",
                  MUNGE_B64="eA==", GATE="pass")
     assert done.rc == 0, done.stderr
     commands = done.log("commands").splitlines()
-    gate = (f"python3 -m gpupool.gate.boot {tmp_path}{cloud.FACTS_PATH} l4-burst-1 "
-            f"{tmp_path}{cloud.GATE_REPORTS} PYTHONPATH={cloud.GATE_LIB}")
+    gate = (f"python3 -m gpupool.gate.boot {tmp_path}{launch.FACTS_PATH} l4-burst-1 "
+            f"{tmp_path}{launch.GATE_REPORTS} PYTHONPATH={launch.GATE_LIB}")
     assert commands.index(gate) < commands.index("systemctl restart slurmd")
-    assert json.loads((tmp_path / cloud.FACTS_PATH.lstrip("/")).read_text()) == (
-        cloud.burst_facts(desc, name, group))
+    assert json.loads((tmp_path / launch.FACTS_PATH.lstrip("/")).read_text()) == (
+        launch.burst_facts(desc, name, group))
     assert "scontrol" not in done.log("commands")
 
 
@@ -308,21 +309,21 @@ def test_a_node_that_does_not_pass_drains_itself_and_never_starts_slurmd(
         tmp_path: Path, outcome: str, reason: str) -> None:
     desc = loader.load_stack("lab", ROOT)
     name, group = next(iter(desc.burst_groups.items()))
-    done = _boot(tmp_path, cloud.user_data(desc, name, group), NODE_TAG="l4-burst-2",
+    done = _boot(tmp_path, launch.user_data(desc, name, group), NODE_TAG="l4-burst-2",
                  MUNGE_B64="eA==", GATE=outcome)
     assert done.rc != 0
     assert f"gpupool: {reason}" in done.stderr
     # The lab declares a backup controller: scontrol turns to it when the primary is down.
-    assert (tmp_path / cloud.CLIENT_CONF.lstrip("/")).read_text() == (
+    assert (tmp_path / launch.CLIENT_CONF.lstrip("/")).read_text() == (
         f"ClusterName={desc.pool.name}\nSlurmctldHost=lab-ctl(10.231.30.10)\n"
         "SlurmctldHost=lab-ctl2(10.231.30.20)\n")
     scontrol = [c for c in done.log("commands").splitlines() if " scontrol " in c]
     # Powered down (Slurm requeues its job, the suspend program terminates the instance),
     # then drained with the reason, which the power-down would otherwise have reset.
     assert scontrol == [
-        f"SLURM_CONF={cloud.CLIENT_CONF} scontrol update nodename=l4-burst-2 "
+        f"SLURM_CONF={launch.CLIENT_CONF} scontrol update nodename=l4-burst-2 "
         "state=power_down_force",
-        f"SLURM_CONF={cloud.CLIENT_CONF} scontrol update nodename=l4-burst-2 state=drain "
+        f"SLURM_CONF={launch.CLIENT_CONF} scontrol update nodename=l4-burst-2 state=drain "
         f"reason={reason}"]
     assert "slurmd" not in done.log("commands")
     assert not (tmp_path / "etc/default/slurmd").exists()
@@ -334,10 +335,10 @@ def test_a_tier_that_does_not_mount_is_reported_and_left_to_the_gate(tmp_path: P
     (the gate's facts carry the tiers: test_burst_hosts, gate/expect.burst_expect)."""
     desc = loader.load_stack("example", ROOT)
     name, group = next(iter(desc.burst_groups.items()))
-    done = _boot(tmp_path, cloud.user_data(desc, name, group), NODE_TAG="prod-h100-burst-3",
+    done = _boot(tmp_path, launch.user_data(desc, name, group), NODE_TAG="prod-h100-burst-3",
                  MUNGE_B64=KEY_B64, MOUNT_DOWN="1", GATE="fail")
     assert done.rc == 1
-    for unit in cloud.mount_units(desc):
+    for unit in storage.mount_units(desc):
         assert f"gpupool: {unit} did not mount" in done.stderr
     assert "python3 -m gpupool.gate.boot" in done.log("commands")
     assert "systemctl restart slurmd" not in done.log("commands")
@@ -353,14 +354,14 @@ def test_no_address_or_a_hostile_one_leaves_the_exporters_as_the_image_has_them(
     desc = loader.load_stack("example", ROOT)
     name, group = next(iter(desc.burst_groups.items()))
     env = {} if address is None else {"LOCAL_IPV4": address}
-    done = _boot(tmp_path, cloud.user_data(desc, name, group), NODE_TAG="prod-h100-burst-3",
+    done = _boot(tmp_path, launch.user_data(desc, name, group), NODE_TAG="prod-h100-burst-3",
                  MUNGE_B64=KEY_B64, **env)
     assert done.rc == 0, done.stderr
     assert "no private address to bind the node and DCGM exporters to" in done.stderr
-    assert (tmp_path / cloud.NODE_EXPORTER_DEFAULTS.lstrip("/")).read_text() == NODE_EXPORTER_ARGS
-    assert not (tmp_path / cloud.DCGM_EXPORTER_DROPIN.lstrip("/")).exists()
-    assert cloud.NODE_EXPORTER_UNIT not in done.log("commands")
-    assert cloud.DCGM_EXPORTER_UNIT not in done.log("commands")
+    assert (tmp_path / launch.NODE_EXPORTER_DEFAULTS.lstrip("/")).read_text() == NODE_EXPORTER_ARGS
+    assert not (tmp_path / launch.DCGM_EXPORTER_DROPIN.lstrip("/")).exists()
+    assert launch.NODE_EXPORTER_UNIT not in done.log("commands")
+    assert launch.DCGM_EXPORTER_UNIT not in done.log("commands")
     assert "systemctl restart slurmd" in done.log("commands")
 
 
@@ -370,14 +371,14 @@ def test_the_boot_swaps_its_profile_for_the_run_profile_once_the_key_is_in_place
         tmp_path: Path) -> None:
     desc = loader.load_stack("lab", ROOT)
     name, group = next(iter(desc.burst_groups.items()))
-    script = cloud.user_data(desc, name, group)
+    script = launch.user_data(desc, name, group)
     # After the key is written, before munge uses it and anything else runs.
-    assert (script.index(f"{cloud.MUNGE_KEY_PATH}.new {cloud.MUNGE_KEY_PATH}")
+    assert (script.index(f"{launch.MUNGE_KEY_PATH}.new {launch.MUNGE_KEY_PATH}")
             < script.index("replace-iam-instance-profile-association")
             < script.index("systemctl restart munge"))
     done = _boot(tmp_path, script, NODE_TAG="l4-burst-1", MUNGE_B64="eA==")
     assert done.rc == 0, done.stderr
-    run = cloud.run_profile_name(desc, name)
+    run = names.run_profile_name(desc, name)
     cli = f"--region {group.region} --cli-connect-timeout 5 --cli-read-timeout 10"
     assert done.log("ec2.calls").splitlines() == [
         f"ec2 describe-iam-instance-profile-associations {cli} --filters "
@@ -394,14 +395,14 @@ def test_a_boot_that_cannot_swap_fails_loudly_after_bounded_tries(
         tmp_path: Path, env: dict[str, str]) -> None:
     desc = loader.load_stack("lab", ROOT)
     name, group = next(iter(desc.burst_groups.items()))
-    done = _boot(tmp_path, cloud.user_data(desc, name, group), NODE_TAG="l4-burst-1",
+    done = _boot(tmp_path, launch.user_data(desc, name, group), NODE_TAG="l4-burst-1",
                  MUNGE_B64="eA==", **env)
     assert done.rc == 1
     assert (f"gpupool: could not swap the boot profile for "
-            f"{cloud.run_profile_name(desc, name)}: the boot fails") in done.stderr
-    assert done.stderr.count("the instance profile swap failed") == cloud.BOOT_ATTEMPTS
+            f"{names.run_profile_name(desc, name)}: the boot fails") in done.stderr
+    assert done.stderr.count("the instance profile swap failed") == launch.BOOT_ATTEMPTS
     describes = [c for c in done.log("ec2.calls").splitlines() if "describe-" in c]
-    assert len(describes) == cloud.BOOT_ATTEMPTS
+    assert len(describes) == launch.BOOT_ATTEMPTS
     commands = done.log("commands")
     assert "systemctl restart munge" not in commands and "slurmd" not in commands
     assert not (tmp_path / "etc/default/slurmd").exists()
@@ -412,8 +413,8 @@ def test_an_association_already_naming_the_run_profile_counts_as_swapped(
     """A replace whose reply was lost: the run role cannot replace again, and need not."""
     desc = loader.load_stack("lab", ROOT)
     name, group = next(iter(desc.burst_groups.items()))
-    arn = f"arn:aws:iam::1:instance-profile/{cloud.run_profile_name(desc, name)}"
-    done = _boot(tmp_path, cloud.user_data(desc, name, group), NODE_TAG="l4-burst-1",
+    arn = f"arn:aws:iam::1:instance-profile/{names.run_profile_name(desc, name)}"
+    done = _boot(tmp_path, launch.user_data(desc, name, group), NODE_TAG="l4-burst-1",
                  MUNGE_B64="eA==", ASSOCIATED=arn, SWAP_DENIED="1")
     assert done.rc == 0, done.stderr
     assert "replace-" not in done.log("ec2.calls")
@@ -421,7 +422,7 @@ def test_an_association_already_naming_the_run_profile_counts_as_swapped(
 
 def _swap_lines(desc: Description, name: str, group: BurstGroup) -> str:
     """The user-data's swap, as a script of its own: imds() answers the instance id."""
-    lines = cloud.user_data(desc, name, group).splitlines()
+    lines = launch.user_data(desc, name, group).splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("instance=$(imds"))
     end = next(i for i, line in enumerate(lines) if "could not swap the boot profile" in line)
     return "\n".join(["set -euo pipefail", 'imds() { printf "%s" "$INSTANCE_ID"; }',
@@ -445,7 +446,7 @@ def test_the_swap_against_moto_leaves_the_instance_with_the_run_profile(
         image = ec2.describe_images(MaxResults=1)["Images"][0]["ImageId"]
         instance = ec2.run_instances(
             ImageId=image, MinCount=1, MaxCount=1, InstanceType=group.instance_types[0],
-            IamInstanceProfile={"Name": cloud.boot_profile_name(desc, name)},
+            IamInstanceProfile={"Name": names.boot_profile_name(desc, name)},
         )["Instances"][0]["InstanceId"]
         script = tmp_path / "swap.sh"
         script.write_text(_swap_lines(desc, name, group))
@@ -458,7 +459,7 @@ def test_the_swap_against_moto_leaves_the_instance_with_the_run_profile(
             (assoc,) = ec2.describe_iam_instance_profile_associations(Filters=[
                 {"Name": "instance-id", "Values": [instance]}])["IamInstanceProfileAssociations"]
             assert assoc["IamInstanceProfile"]["Arn"].endswith(
-                f":instance-profile/{cloud.run_profile_name(desc, name)}")
+                f":instance-profile/{names.run_profile_name(desc, name)}")
             assert "swap failed" not in done.stderr
 
 
@@ -468,7 +469,7 @@ def test_the_swap_sequence_in_moto_names_the_run_profile() -> None:
     the run profile; the instance's own record follows."""
     desc = loader.load_stack("lab", ROOT)
     name, group = next(iter(desc.burst_groups.items()))
-    boot, run = cloud.boot_profile_name(desc, name), cloud.run_profile_name(desc, name)
+    boot, run = names.boot_profile_name(desc, name), names.run_profile_name(desc, name)
     with mock_aws():
         ec2 = boto3.client("ec2", region_name=group.region)
         burst_hosts.declare_profiles(boto3.client("iam", region_name=group.region), desc)

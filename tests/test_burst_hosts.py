@@ -18,7 +18,8 @@ import yaml
 
 from gpupool.lab import burst_hosts, fixture_imds, localaws
 from gpupool.onhost import burst, spot_watch
-from gpupool.render import cloud, slurm
+from gpupool.render import slurm
+from gpupool.render.cloud import launch, names, network
 from gpupool.spec import loader
 from tests.conftest import ROOT
 
@@ -84,11 +85,11 @@ def test_metadata_of_an_instance() -> None:
     instance = {"InstanceId": "i-1", "InstanceType": "g6.12xlarge",
                 "InstanceLifecycle": "spot", "PrivateIpAddress": "10.232.0.4",
                 "Placement": {"AvailabilityZone": "eu-west-1b"},
-                "Tags": [{"Key": cloud.TAG_SLURM_NODE, "Value": "l4-burst-1"},
+                "Tags": [{"Key": names.TAG_SLURM_NODE, "Value": "l4-burst-1"},
                          {"Key": "pool", "Value": "lab"}]}
     served = burst_hosts.metadata(instance, REGION)
-    assert served["tags/instance/" + cloud.TAG_SLURM_NODE] == "l4-burst-1"
-    assert served["tags/instance"] == f"{cloud.TAG_SLURM_NODE}\npool"
+    assert served["tags/instance/" + names.TAG_SLURM_NODE] == "l4-burst-1"
+    assert served["tags/instance"] == f"{names.TAG_SLURM_NODE}\npool"
     assert served["instance-life-cycle"] == "spot"
     assert served["placement/availability-zone"] == "eu-west-1b"
     creds = json.loads(served[f"iam/security-credentials/{burst_hosts.ROLE_NAME}"])
@@ -104,7 +105,7 @@ def test_declared_network_and_templates_are_what_the_launch_and_boot_read() -> N
         ec2 = burst.client(config, slurm.burst_config(DESC)["groups"]["l4-burst"]["nodes"])
         made = burst_hosts.declare_network(ec2, DESC, REGION)
         assert {(seg, cidr) for seg, cidr in made.values()} == {
-            (seg, cidr) for (seg, _), cidr in cloud.subnets(DESC, REGION).items()}
+            (seg, cidr) for (seg, _), cidr in network.subnets(DESC, REGION).items()}
         image = ec2.describe_images(MaxResults=1)["Images"][0]["ImageId"]
         burst_hosts.declare_templates(ec2, DESC, image)
         group = config["groups"]["l4-burst"]
@@ -116,7 +117,7 @@ def test_declared_network_and_templates_are_what_the_launch_and_boot_read() -> N
         assert made[instance["SubnetId"]][0] == group["subnet_segment"]
         # The host boots with the template's user-data, byte for byte what infra/burst.py
         # gives the real template.
-        assert burst_hosts._user_data(ec2, DESC, instance) == cloud.user_data(
+        assert burst_hosts._user_data(ec2, DESC, instance) == launch.user_data(
             DESC, "l4-burst", DESC.burst_groups["l4-burst"])
         data = ec2.describe_launch_template_versions(
             LaunchTemplateName=group["launch_template"], Versions=["$Latest"])[
@@ -126,21 +127,21 @@ def test_declared_network_and_templates_are_what_the_launch_and_boot_read() -> N
         assert base64.b64decode(data["UserData"]).decode().startswith("#!/bin/bash\n")
         # The template's boot profile, which the lab associates as EC2 would (moto's fleets
         # do not), once; the boot's swap finds it there.
-        boot = cloud.boot_profile_name(DESC, "l4-burst")
-        assert data["IamInstanceProfile"] == {"Name": boot}
+        boot_profile = names.boot_profile_name(DESC, "l4-burst")
+        assert data["IamInstanceProfile"] == {"Name": boot_profile}
         for _ in range(2):
             burst_hosts.associate_boot_profile(ec2, DESC, instance)
         (assoc,) = ec2.describe_iam_instance_profile_associations(Filters=[
             {"Name": "instance-id", "Values": [launched.instance_id]}])[
             "IamInstanceProfileAssociations"]
-        assert assoc["IamInstanceProfile"]["Arn"].endswith(f":instance-profile/{boot}")
+        assert assoc["IamInstanceProfile"]["Arn"].endswith(f":instance-profile/{boot_profile}")
 
 
 def test_the_labs_hybrid_link_exempts_exactly_cloud_to_onprem_from_masquerade() -> None:
     rules = burst_hosts._link_rules(DESC)
     pairs = {(r[r.index("-s") + 1], r[r.index("-d") + 1]) for r in rules}
     onprem = {s.cidr for s in DESC.network.segments.values()}
-    clouds = set(cloud.vpc_cidrs(DESC))
+    clouds = set(network.vpc_cidrs(DESC))
     assert pairs == {(c, o) for c in clouds for o in onprem} | {
         (o, c) for c in clouds for o in onprem}
     assert all(r[0] == "POSTROUTING" and r[-2:] == ["-j", "ACCEPT"] for r in rules)

@@ -16,8 +16,9 @@ import pytest
 import yaml
 
 from gpupool.preview import plan, pulumi_mock
-from gpupool.render import cloud, image, inventory
-from gpupool.spec import loader
+from gpupool.render import image, inventory
+from gpupool.render.cloud import launch, names
+from gpupool.spec import loader, os_release
 from gpupool.spec.model import Description
 from policies import offline
 from tests._policy import unlisted
@@ -52,7 +53,7 @@ def _with_config(desc: Description, stack: str, value: str) -> pulumi_mock.Run:
 
 
 def _document(run: pulumi_mock.Run, desc: Description, region: str) -> dict[str, Any]:
-    comp = one(run, "imagebuilder/component:Component", cloud.burst_image_name(desc, region))
+    comp = one(run, "imagebuilder/component:Component", names.burst_image_name(desc, region))
     return yaml.safe_load(comp.inputs["data"])
 
 
@@ -64,13 +65,13 @@ def _steps(doc: dict[str, Any], phase: str) -> dict[str, dict[str, Any]]:
 def test_one_pipeline_and_image_per_burst_region(stack: str) -> None:
     desc = _desc(stack)
     run = declared(stack)
-    names = sorted(cloud.burst_image_name(desc, r) for r in cloud.regions(desc))
+    expected = sorted(names.burst_image_name(desc, r) for r in names.regions(desc))
     for kind in ("component:Component", "imageRecipe:ImageRecipe",
                  "infrastructureConfiguration:InfrastructureConfiguration",
                  "distributionConfiguration:DistributionConfiguration",
                  "imagePipeline:ImagePipeline", "image:Image"):
-        assert sorted(r.name for r in of_type(run, f"{IB}{kind}")) == names, kind
-    assert set(run.outputs["image_pipelines"]) == set(cloud.regions(desc))
+        assert sorted(r.name for r in of_type(run, f"{IB}{kind}")) == expected, kind
+    assert set(run.outputs["image_pipelines"]) == set(names.regions(desc))
 
 
 def test_two_burst_regions_get_two_pipelines() -> None:
@@ -82,24 +83,27 @@ def test_two_burst_regions_get_two_pipelines() -> None:
                          "lab-l4-london": pulumi_mock.mock_image_ami(pipelines[1])}
 
 
-def test_the_recipe_builds_on_debians_official_debian_12(stack: str) -> None:
+def test_the_recipe_builds_on_debians_official_ami_of_the_burst_release(stack: str) -> None:
+    """Debian's AMIs of the release burst nodes run (the controllers': Debian 13 for the
+    example, whose Slurm only Debian 13 carries; Debian 12 for the lab)."""
     desc = _desc(stack)
+    number = os_release.burst_release(desc).value.removeprefix("debian-")
     run = declared(stack)
     lookups = [c.args for c in run.invokes if c.token == pulumi_mock.GET_AMI]
     assert lookups and all(a["owners"] == ["136693071363"] for a in lookups)
-    assert all({"name": "name", "values": ["debian-12-amd64-*"]} in a["filters"]
+    assert all({"name": "name", "values": [f"debian-{number}-amd64-*"]} in a["filters"]
                for a in lookups)
-    for region in cloud.regions(desc):
-        recipe = one(run, ":ImageRecipe", cloud.burst_image_name(desc, region)).inputs
+    for region in names.regions(desc):
+        recipe = one(run, ":ImageRecipe", names.burst_image_name(desc, region)).inputs
         assert recipe["parentImage"] == pulumi_mock.MOCK_AMI
         assert recipe["components"] == [{"componentArn": "arn:mock:aws:imagebuilder/"
                                          "component:Component:"
-                                         + cloud.burst_image_name(desc, region)}]
+                                         + names.burst_image_name(desc, region)}]
 
 
 def test_the_document_runs_the_image_playbook_locally_at_the_lock(stack: str) -> None:
     desc = _desc(stack)
-    for region in cloud.regions(desc):
+    for region in names.regions(desc):
         doc = _document(declared(stack), desc, region)
         build = _steps(doc, "build")
         assert list(build) == ["InstallAnsible", "FetchPlaybooks", "VerifyArtifact",
@@ -107,7 +111,7 @@ def test_the_document_runs_the_image_playbook_locally_at_the_lock(stack: str) ->
         assert "apt-get install -y -q --no-install-recommends ansible" in \
             build["InstallAnsible"]["inputs"]["commands"]
         [fetch] = build["FetchPlaybooks"]["inputs"]
-        assert fetch["source"] == f"s3://{cloud.bucket_name(desc, 'datasets')}/" \
+        assert fetch["source"] == f"s3://{names.bucket_name(desc, 'datasets')}/" \
                                   f"{image.ARTIFACT_KEY}"
         run_cmd = " ".join(build["RunPlaybook"]["inputs"]["commands"])
         assert "ansible-playbook -c local -i localhost," in run_cmd
@@ -116,23 +120,24 @@ def test_the_document_runs_the_image_playbook_locally_at_the_lock(stack: str) ->
         assert f"-e @{written['path']}" in run_cmd
         image_vars = json.loads(written["content"])
         assert image_vars == inventory.burst_image_vars(desc, region)
-        assert image_vars["gpupool_software"] == desc.software.model_dump(mode="json")
+        locked = os_release.lock(desc, os_release.burst_release(desc))
+        assert image_vars["gpupool_software"] == locked
         # Every locked version is written in the document itself (YAML folds its long
         # lines at any space: compared with the folds undone).
-        data = " ".join(one(declared(stack), ":Component", cloud.burst_image_name(desc, region)
+        data = " ".join(one(declared(stack), ":Component", names.burst_image_name(desc, region)
                             ).inputs["data"].split())
-        for component, version in desc.software.model_dump(mode="json").items():
+        for component, version in locked.items():
             if component != "blocklist":
                 assert f'"{component}": "{version}"' in data, component
         # The build's Ansible leaves the image: a booted node runs none.
         assert "apt-get purge -y -q ansible ansible-core" in build["CleanUp"]["inputs"]["commands"]
         checks = " ".join(_steps(doc, "validate")["BurstBootNeeds"]["inputs"]["commands"])
-        assert desc.software.slurm in checks and cloud.SPOT_WATCH_PROGRAM in checks
+        assert locked["slurm"] in checks and launch.SPOT_WATCH_PROGRAM in checks
 
 
 def test_a_lock_change_is_a_new_component_and_recipe_version() -> None:
     desc = _desc("lab")
-    name = cloud.burst_image_name(desc, "eu-west-1")
+    name = names.burst_image_name(desc, "eu-west-1")
     base = declared("lab")
     moved = declared_mutated("lab", [{"set": "software.slurm", "value": "22.05.9"}])
     for kind in (":Component", ":ImageRecipe"):
@@ -153,27 +158,27 @@ def test_launch_templates_boot_their_regions_built_image(stack: str) -> None:
     desc = _desc(stack)
     run = declared(stack)
     for group, g in desc.burst_groups.items():
-        lt = one(run, ":LaunchTemplate", cloud.burst_name(desc, group)).inputs
-        name = cloud.burst_image_name(desc, g.region)
+        lt = one(run, ":LaunchTemplate", names.burst_name(desc, group)).inputs
+        name = names.burst_image_name(desc, g.region)
         assert lt["imageId"] == pulumi_mock.mock_image_ami(name)
-        assert lt["tags"][cloud.TAG_BURST_IMAGE] == name
-        assert all(t["tags"][cloud.TAG_BURST_IMAGE] == name for t in lt["tagSpecifications"])
-        assert lt["blockDeviceMappings"][0]["deviceName"] == cloud.ROOT_DEVICE
+        assert lt["tags"][names.TAG_BURST_IMAGE] == name
+        assert all(t["tags"][names.TAG_BURST_IMAGE] == name for t in lt["tagSpecifications"])
+        assert lt["blockDeviceMappings"][0]["deviceName"] == launch.ROOT_DEVICE
     assert run.outputs["burst_images"] == {
-        r: pulumi_mock.mock_image_ami(cloud.burst_image_name(desc, r))
-        for r in cloud.regions(desc)}
+        r: pulumi_mock.mock_image_ami(names.burst_image_name(desc, r))
+        for r in names.regions(desc)}
 
 
 def test_the_stack_config_names_a_prebuilt_image(stack: str) -> None:
     desc = _desc(stack)
     run = _with_config(desc, stack, OVERRIDE)
     assert of_type(run, f"{IB}image:Image") == []
-    assert len(of_type(run, ":ImagePipeline")) == len(cloud.regions(desc))  # still declared
+    assert len(of_type(run, ":ImagePipeline")) == len(names.regions(desc))  # still declared
     for group in desc.burst_groups:
-        lt = one(run, ":LaunchTemplate", cloud.burst_name(desc, group)).inputs
+        lt = one(run, ":LaunchTemplate", names.burst_name(desc, group)).inputs
         assert lt["imageId"] == OVERRIDE
-        assert lt["tags"][cloud.TAG_BURST_IMAGE] == cloud.IMAGE_FROM_CONFIG
-    assert run.outputs["burst_images"] == dict.fromkeys(cloud.regions(desc), OVERRIDE)
+        assert lt["tags"][names.TAG_BURST_IMAGE] == names.IMAGE_FROM_CONFIG
+    assert run.outputs["burst_images"] == dict.fromkeys(names.regions(desc), OVERRIDE)
     config = {f"gpupool:{image.CONFIG_KEY}": (OVERRIDE, False)}
     assert unlisted(offline.check(run, desc, config)) == []
 
@@ -213,7 +218,7 @@ def _verify_script(desc: Description, digest: str | None, archive: Path) -> str:
     """The rendered VerifyArtifact step of the region's component, as one bash script
     (Image Builder's ExecuteBash), aimed at archive instead of the build's path."""
     run = plan.declare(desc, "lab", config={f"gpupool:{image.DIGEST_KEY}": digest or ""})
-    doc = _document(run, desc, cloud.regions(desc)[0])
+    doc = _document(run, desc, names.regions(desc)[0])
     step = _steps(doc, "build")["VerifyArtifact"]
     assert step["action"] == "ExecuteBash"
     script = "\n".join(step["inputs"]["commands"])
@@ -250,7 +255,7 @@ def test_the_build_verifies_the_artifact_against_the_pinned_digest(tmp_path: Pat
 
 def test_the_pin_is_in_the_declared_component_and_versions_it() -> None:
     desc = _desc("lab")
-    name = cloud.burst_image_name(desc, "eu-west-1")
+    name = names.burst_image_name(desc, "eu-west-1")
     pinned = plan.declare(desc, "lab", config={f"gpupool:{image.DIGEST_KEY}": DIGEST})
     other = plan.declare(desc, "lab", config={f"gpupool:{image.DIGEST_KEY}": "0" * 64})
     comp = one(pinned, ":Component", name).inputs
@@ -280,20 +285,20 @@ def test_a_malformed_digest_is_refused_with_a_message(value: str) -> None:
 def test_the_build_runs_with_imdsv2_encrypted_and_terminates_on_failure(stack: str) -> None:
     desc = _desc(stack)
     run = declared(stack)
-    for region in cloud.regions(desc):
-        name = cloud.burst_image_name(desc, region)
+    for region in names.regions(desc):
+        name = names.burst_image_name(desc, region)
         infra = one(run, ":InfrastructureConfiguration", name).inputs
         assert infra["instanceMetadataOptions"] == {"httpTokens": "required",
                                                     "httpPutResponseHopLimit": 1}
         assert infra["terminateInstanceOnFailure"] is True
-        zone = cloud.region_zones(desc, region)[0]
+        zone = names.region_zones(desc, region)[0]
         assert infra["subnetId"] == f"{desc.pool.name}-{region}-training-{zone}-id"
         assert infra["securityGroupIds"] == [f"{desc.pool.name}-{region}-{s}-id"
                                              for s in ("training", "management")]
         assert infra["instanceProfileName"] == f"{name}-builder"
         assert infra["instanceTypes"] == image.instance_types(desc, region)
         [root] = one(run, ":ImageRecipe", name).inputs["blockDeviceMappings"]
-        assert root["deviceName"] == cloud.ROOT_DEVICE
+        assert root["deviceName"] == launch.ROOT_DEVICE
         assert root["ebs"]["encrypted"] == "true"
         pipeline = one(run, ":ImagePipeline", name).inputs
         assert "schedule" not in pipeline  # on demand only
@@ -301,14 +306,14 @@ def test_the_build_runs_with_imdsv2_encrypted_and_terminates_on_failure(stack: s
         assert dist["region"] == region
         ami = dist["amiDistributionConfiguration"]
         assert ami["name"] == f"{name}-{{{{ imagebuilder:buildDate }}}}"
-        assert ami["amiTags"] == cloud.tags(desc, None, **{cloud.TAG_BURST_REGION: region})
+        assert ami["amiTags"] == names.tags(desc, None, **{names.TAG_BURST_REGION: region})
 
 
 def test_the_builder_profile_is_least_privilege(stack: str) -> None:
     desc = _desc(stack)
     run = declared(stack)
-    for region in cloud.regions(desc):
-        name = f"{cloud.burst_image_name(desc, region)}-builder"
+    for region in names.regions(desc):
+        name = f"{names.burst_image_name(desc, region)}-builder"
         attached = sorted(r.inputs["policyArn"] for r in of_type(run, ":RolePolicyAttachment")
                           if r.inputs["role"] == name)
         assert attached == sorted([
@@ -317,7 +322,7 @@ def test_the_builder_profile_is_least_privilege(stack: str) -> None:
             f"arn:mock:aws:iam/policy:Policy:{name}"])
         doc = json.loads(one(run, "iam/policy:Policy", name).inputs["policy"])
         assert [(s["Action"], s["Resource"]) for s in doc["Statement"]] == [
-            (["s3:GetObject"], [f"arn:aws:s3:::{cloud.bucket_name(desc, 'datasets')}/"
+            (["s3:GetObject"], [f"arn:aws:s3:::{names.bucket_name(desc, 'datasets')}/"
                                 f"{image.ARTIFACT_KEY}"]),
             (["kms:Decrypt"], [f"arn:mock:aws:kms/key:Key:{desc.pool.name}-key"])]
 
@@ -327,15 +332,15 @@ def test_every_image_resource_carries_the_pool_and_region_tags(stack: str) -> No
     found = [r for r in declared(stack).resources if r.type.startswith(IB)]
     assert found
     for r in found:
-        region = r.inputs["tags"][cloud.TAG_BURST_REGION]
-        assert r.inputs["tags"] == cloud.tags(desc, None, **{cloud.TAG_BURST_REGION: region})
+        region = r.inputs["tags"][names.TAG_BURST_REGION]
+        assert r.inputs["tags"] == names.tags(desc, None, **{names.TAG_BURST_REGION: region})
         if r.type.endswith(":InfrastructureConfiguration"):
             assert r.inputs["resourceTags"] == r.inputs["tags"]  # the build instance's
 
 
 def test_the_spot_watcher_path_is_the_slurm_roles() -> None:
     defaults = yaml.safe_load((ROOT / "roles/slurm/defaults/main.yml").read_text())
-    assert defaults["slurm_spot_watch_program"] == cloud.SPOT_WATCH_PROGRAM
+    assert defaults["slurm_spot_watch_program"] == launch.SPOT_WATCH_PROGRAM
 
 
 def test_the_artifact_holds_what_the_playbook_reads() -> None:
@@ -363,7 +368,7 @@ def test_the_image_vars_define_what_the_roles_argument_specs_read(stack: str) ->
     desc = _desc(stack)
     play = yaml.safe_load((ROOT / image.PLAYBOOK).read_text())
     roles = [r["role"] for p in play for r in p.get("roles", [])]
-    for region in cloud.regions(desc):
+    for region in names.regions(desc):
         defined = set(inventory.burst_image_vars(desc, region))
         for role in roles:
             specs = yaml.safe_load((ROOT / "roles" / role / "meta/argument_specs.yml")

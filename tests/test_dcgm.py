@@ -92,7 +92,8 @@ def test_exporter_unit_flags() -> None:
                      " --collectors /etc/dcgm-exporter/counters.csv"
                      " --address ${DCGM_EXPORTER_HOST}:9400"
                      " --hpc-job-mapping-dir /run/gpupool/dcgm-job-map")
-    # The host, systemd-quoted, in a variable a burst node's boot overrides (cloud.user_data).
+    # The host, systemd-quoted, in a variable a burst node's boot overrides
+    # (cloud.launch.user_data).
     assert 'Environment="DCGM_EXPORTER_HOST=10.0.0.5"' in unit.splitlines()
     assert "ConditionPathExists" not in unit
     v6 = render_role_template("dcgm", "dcgm-exporter.service.j2", **{

@@ -1,5 +1,6 @@
 """The components register every output they expose: what a caller reads of StorageTiers,
-NetworkSegments and BurstPool (their public annotated attributes) is what each hands
+NetworkSegments, HybridLink, PrivateEgress, BurstImage and BurstPool (their public
+annotated attributes) is what each hands
 register_outputs, the very values, so Pulumi's state and a stack reference see the same
 outputs as the program (run under gpupool.preview.pulumi_mock, every shipped stack)."""
 
@@ -14,11 +15,13 @@ from gpupool.preview import plan
 from gpupool.spec import loader
 from infra.burst import BurstPool
 from infra.components import Component
+from infra.hybrid import HybridLink, PrivateEgress
+from infra.image import BurstImage
 from infra.network import NetworkSegments
 from infra.storage import StorageTiers
 from tests.conftest import ROOT
 
-CHECKED = (StorageTiers, NetworkSegments, BurstPool)
+CHECKED = (StorageTiers, NetworkSegments, HybridLink, PrivateEgress, BurstImage, BurstPool)
 
 
 def _public_outputs(kind: type[Component]) -> set[str]:

@@ -15,7 +15,8 @@ import yaml
 
 from gpupool.preview import pulumi_mock
 from gpupool.preview.aws_types import aws_taggable
-from gpupool.render import cloud
+from gpupool.render import node_labels
+from gpupool.render.cloud import iam, names, network, storage
 from gpupool.render.k8s_objects import GPU_RESOURCE, kueue_preemption_pairs, manifests, object_key
 from gpupool.render.scheduling import class_policies, preemption_pairs, team_quotas
 from gpupool.spec import loader
@@ -52,7 +53,7 @@ def test_taggable_resources_carry_pool_team_and_cost_centre(stack: str) -> None:
     checked = 0
     for r in (r for r in declared(stack).resources if r.custom):
         if r.type.startswith("kubernetes:"):
-            tags = {k.removeprefix(cloud.LABEL_PREFIX): v
+            tags = {k.removeprefix(node_labels.LABEL_PREFIX): v
                     for k, v in r.inputs["metadata"]["labels"].items()}
         elif aws_taggable(r.type):
             tags = r.inputs.get("tags")
@@ -61,9 +62,9 @@ def test_taggable_resources_carry_pool_team_and_cost_centre(stack: str) -> None:
         else:
             continue
         checked += 1
-        assert tags[cloud.TAG_POOL] == desc.pool.name, r.name
-        assert tags[cloud.TAG_TEAM] in {*desc.teams, cloud.SHARED}, r.name
-        assert tags[cloud.TAG_COST_CENTRE] in cost_centres, r.name
+        assert tags[names.TAG_POOL] == desc.pool.name, r.name
+        assert tags[names.TAG_TEAM] in {*desc.teams, names.SHARED}, r.name
+        assert tags[names.TAG_COST_CENTRE] in cost_centres, r.name
     assert checked > 50
 
 
@@ -106,8 +107,8 @@ def test_no_ingress_from_anywhere_and_management_only_from_admin_cidrs(stack: st
     # (test_kubernetes_rules_refer_to_the_clusters_prefix_lists), and srun's range from
     # the Slurm hosts (test_burst_groups_admit_sruns_ports_from_the_slurm_hosts).
     ingress = [r for r in of_type(run, ":SecurityGroupIngressRule")
-               if r.inputs["tags"]["segment"] != cloud.ENDPOINTS_SEGMENT
-               and r.inputs["tags"].get("flow") not in (cloud.KUBERNETES, cloud.SLURM)]
+               if r.inputs["tags"]["segment"] != network.ENDPOINTS_SEGMENT
+               and r.inputs["tags"].get("flow") not in (network.KUBERNETES, network.SLURM)]
     assert ingress
     for rule in ingress:
         cidr = rule.inputs.get("cidrIpv4")
@@ -133,17 +134,17 @@ def test_no_ingress_from_anywhere_and_management_only_from_admin_cidrs(stack: st
 
 def test_kubernetes_rules_refer_to_the_clusters_prefix_lists() -> None:
     """The example declares a cluster: its burst nodes' group admits and reaches exactly
-    cloud.kubernetes_rules(), on-prem peers through prefix lists of the cluster's nodes."""
+    network.kubernetes_rules(), on-prem peers through prefix lists of the cluster's nodes."""
     desc = loader.load_stack("example", ROOT)
     run = declared("example")
     lists = {f"{r.name}-id": r.inputs for r in of_type(run, ":ManagedPrefixList")}
-    for name, entries in cloud.prefix_lists(desc).items():
+    for name, entries in network.prefix_lists(desc).items():
         (held,) = [p for p in lists.values() if p["name"].endswith(f"-{name}")]
         assert {e["cidr"]: e["description"] for e in held["entries"]} == entries
         assert held["maxEntries"] == len(entries)
     rules = [r for r in [*of_type(run, ":SecurityGroupIngressRule"),
                          *of_type(run, ":SecurityGroupEgressRule")]
-             if r.inputs["tags"].get("flow") == cloud.KUBERNETES]
+             if r.inputs["tags"].get("flow") == network.KUBERNETES]
     seen = set()
     for r in rules:
         assert "cidrIpv4" not in r.inputs, r.name
@@ -151,8 +152,8 @@ def test_kubernetes_rules_refer_to_the_clusters_prefix_lists() -> None:
             assert lists[r.inputs["prefixListId"]]["name"].endswith(r.inputs["tags"]["peer"])
         seen.add((r.inputs["tags"]["segment"], r.inputs["tags"]["peer"],
                   r.inputs["ipProtocol"], r.inputs["fromPort"]))
-    want = {(k.segment, k.peer, k.protocol, k.port) for k in cloud.firewall_rules(desc)
-            if k.service == cloud.KUBERNETES}
+    want = {(k.segment, k.peer, k.protocol, k.port) for k in network.firewall_rules(desc)
+            if k.service == network.KUBERNETES}
     assert want and seen == want
 
 
@@ -170,8 +171,8 @@ def test_burst_groups_admit_sruns_ports_from_the_slurm_hosts(stack: str) -> None
               *of_type(run, ":SecurityGroupEgressRule")]:
         p = r.inputs
         if p.get("toPort", p.get("fromPort")) != p.get("fromPort"):
-            assert p["tags"]["flow"] == cloud.SLURM, r.name
-        if p["tags"].get("flow") != cloud.SLURM:
+            assert p["tags"]["flow"] == network.SLURM, r.name
+        if p["tags"].get("flow") != network.SLURM:
             continue
         assert (p["ipProtocol"], p["fromPort"], p["toPort"]) == ("tcp", lo, hi), r.name
         assert groups[p["securityGroupId"]].endswith(f"-{BURST_SEGMENT}"), r.name
@@ -179,7 +180,7 @@ def test_burst_groups_admit_sruns_ports_from_the_slurm_hosts(stack: str) -> None
         peer = p.get("cidrIpv4") or groups[p["referencedSecurityGroupId"]]
         seen.add((r.type.rsplit(":", 1)[1], peer))
     block = desc.network.segments[MANAGEMENT_SEGMENT].cidr
-    regions = cloud.regions(desc)
+    regions = names.regions(desc)
     assert seen == {(kind, peer) for kind in ("SecurityGroupIngressRule",
                                              "SecurityGroupEgressRule")
                     for region in regions
@@ -213,12 +214,12 @@ def _link_target(desc: Description, region: str) -> dict[str, str]:
 
 
 def _check_routes(desc: Description, run: pulumi_mock.Run) -> None:
-    for region in cloud.regions(desc):
+    for region in names.regions(desc):
         private = f"{desc.pool.name}-{region}-private"
         table = one(run, ":RouteTable", private).inputs
         onprem = [r for r in table["routes"] if r["cidrBlock"] != "0.0.0.0/0"]
         assert onprem == [{"cidrBlock": c, **_link_target(desc, region)}
-                          for c in cloud.onprem_cidrs(desc)]
+                          for c in network.onprem_cidrs(desc)]
         # The controller's segment and every admin CIDR are among them.
         nets = [ipaddress.ip_network(r["cidrBlock"]) for r in onprem]
         for cidr in [desc.network.segments["management"].cidr, *desc.network.admin_cidrs]:
@@ -256,10 +257,10 @@ def test_transit_gateway_attachment_in_every_zone() -> None:
     desc = loader.load_stack("example", ROOT)
     run = declared("example")
     (att,) = of_type(run, ":VpcAttachment")
-    region = cloud.regions(desc)[0]
+    region = names.regions(desc)[0]
     assert att.inputs["transitGatewayId"] == desc.network.hybrid_links[region].transit_gateway
     assert att.inputs["subnetIds"] == [f"prod-{region}-management-{z}-id"
-                                       for z in cloud.region_zones(desc, region)]
+                                       for z in names.region_zones(desc, region)]
     assert of_type(run, ":VpnGateway") == of_type(run, ":CustomerGateway") == []
 
 
@@ -269,7 +270,7 @@ def test_direct_connect_gateway_through_a_virtual_private_gateway() -> None:
     (assoc,) = of_type(run, ":GatewayAssociation")
     assert assoc.inputs == {"dxGatewayId": DX_GATEWAY,
                             "associatedGatewayId": "lab-eu-west-1-link-id",
-                            "allowedPrefixes": cloud.vpc_cidrs(desc)}
+                            "allowedPrefixes": network.vpc_cidrs(desc)}
     assert of_type(run, ":CustomerGateway") == of_type(run, ":VpnConnection") == []
     _check_routes(desc, run)
     assert unlisted(offline.check(run, desc)) == []
@@ -279,10 +280,10 @@ def test_direct_connect_gateway_through_a_virtual_private_gateway() -> None:
 def test_private_subnets_reach_aws_apis_through_interface_endpoints(stack: str) -> None:
     desc = loader.load_stack(stack, ROOT)
     run = declared(stack)
-    for region in cloud.regions(desc):
+    for region in names.regions(desc):
         name = f"{desc.pool.name}-{region}-egress"
-        zones = cloud.region_zones(desc, region)
-        for service in cloud.INTERFACE_ENDPOINT_SERVICES:
+        zones = names.region_zones(desc, region)
+        for service in network.INTERFACE_ENDPOINT_SERVICES:
             ep = one(run, ":VpcEndpoint", f"{name}-{service}").inputs
             assert ep["serviceName"] == f"com.amazonaws.{region}.{service}"
             assert ep["vpcEndpointType"] == "Interface"
@@ -332,10 +333,10 @@ def test_nat_gateway_where_the_description_asks_for_one() -> None:
 def test_onprem_routes_output_for_the_network_team(stack: str) -> None:
     desc = loader.load_stack(stack, ROOT)
     out = declared(stack).outputs["onprem_routes"]
-    assert set(out) == set(cloud.regions(desc))
+    assert set(out) == set(names.regions(desc))
     for region, side in out.items():
-        assert side["routes"] == cloud.vpc_cidrs(desc)
-        assert side["link"] == cloud.link_kind(desc, region)
+        assert side["routes"] == network.vpc_cidrs(desc)
+        assert side["link"] == network.link_kind(desc, region)
         vpn = desc.network.hybrid_links[region].vpn
         if vpn is not None:
             assert side["customer_gateway"] == vpn.customer_gateway
@@ -399,7 +400,7 @@ def _statements(run: pulumi_mock.Run, name: str) -> dict[str, dict]:
 def test_instance_profile_least_privilege_shared_and_team_groups() -> None:
     desc = loader.load_stack("example", ROOT)
     shared = _statements(declared("example"), "prod-l40s-burst-node")
-    ckpt = cloud.bucket_name(desc, "checkpoints")
+    ckpt = names.bucket_name(desc, "checkpoints")
     assert shared["ReadWriteCheckpoints"]["Resource"] == [
         f"arn:aws:s3:::{ckpt}/{t}/*" for t in desc.teams]
     assert shared["ReadDatasets"]["Action"] == ["s3:GetObject", "s3:ListBucket"]
@@ -423,7 +424,7 @@ def test_a_shared_group_reaches_only_the_checkpoints_of_teams_that_can_run_on_it
 
     def prefixes(ops: list[dict]) -> list[str] | None:
         desc = loader.parse(mutate(raw, ops))
-        doc = cloud.node_policy(desc, desc.burst_groups[group], "arn:aws:s3:::data", ckpt,
+        doc = iam.node_policy(desc, desc.burst_groups[group], "arn:aws:s3:::data", ckpt,
                                 "arn:aws:kms:us-east-1:1:key/k")
         found = {s["Sid"]: s for s in doc["Statement"]}.get("ListCheckpoints")
         return None if found is None else found["Condition"]["StringLike"]["s3:prefix"]
@@ -444,7 +445,7 @@ def test_the_vpc_reaches_only_the_pools_buckets_and_secret_and_its_default_group
     reads of the munge key; and each VPC's default security group is emptied of rules."""
     desc = loader.load_stack(stack, ROOT)
     run = declared(stack)
-    buckets = {cloud.bucket_name(desc, t) for t in cloud.bucket_tiers(desc)}
+    buckets = {names.bucket_name(desc, t) for t in storage.bucket_tiers(desc)}
     gateways = [r for r in of_type(run, "ec2/vpcEndpoint:VpcEndpoint")
                 if r.inputs.get("vpcEndpointType") == "Gateway"]
     assert gateways
@@ -459,7 +460,7 @@ def test_the_vpc_reaches_only_the_pools_buckets_and_secret_and_its_default_group
         (statement,) = json.loads(ep.inputs["policy"])["Statement"]
         assert statement["Action"] == ["secretsmanager:GetSecretValue"]
         (arn,) = statement["Resource"]
-        assert arn.endswith(f":secret:{cloud.munge_secret_name(desc)}-??????"), arn
+        assert arn.endswith(f":secret:{names.munge_secret_name(desc)}-??????"), arn
     vpcs = of_type(run, "ec2/vpc:Vpc")
     defaults = of_type(run, "ec2/defaultSecurityGroup:DefaultSecurityGroup")
     assert len(defaults) == len(vpcs)
@@ -473,7 +474,7 @@ def test_munge_key_secret_is_the_programs_encrypted_with_the_pool_key_and_holds_
     run = declared(stack)
     pool = desc.pool.name
     secret = one(run, "secretsmanager/secret:Secret", f"{pool}-munge-key")
-    assert secret.inputs["name"] == cloud.munge_secret_name(desc)
+    assert secret.inputs["name"] == names.munge_secret_name(desc)
     key = one(run, "kms/key:Key", f"{pool}-key")
     assert secret.inputs["kmsKeyId"] == f"arn:mock:{key.type}:{key.name}"
     assert secret.inputs["replicas"] == []  # both stacks burst in their home region
@@ -490,11 +491,11 @@ def test_munge_key_readable_only_by_the_burst_nodes_boot_roles(stack: str) -> No
     secret = one(run, "secretsmanager/secret:Secret", f"{pool}-munge-key")
     secret_arn = f"arn:mock:{secret.type}:{secret.name}"
     key_arn = f"arn:mock:aws:kms/key:Key:{pool}-key"
-    roles = {g: f"arn:mock:aws:iam/role:Role:{cloud.burst_name(desc, g)}-boot"
+    roles = {g: f"arn:mock:aws:iam/role:Role:{names.burst_name(desc, g)}-boot"
              for g in desc.burst_groups}
     for g, group in desc.burst_groups.items():
         grant = one(run, "iam/rolePolicy:RolePolicy", f"{pool}-munge-key-{g}")
-        assert grant.inputs["role"] == f"{cloud.burst_name(desc, g)}-boot"
+        assert grant.inputs["role"] == f"{names.burst_name(desc, g)}-boot"
         doc = {s["Sid"]: s for s in json.loads(grant.inputs["policy"])["Statement"]}
         assert doc["ReadMungeKey"]["Action"] == ["secretsmanager:GetSecretValue"]
         assert doc["ReadMungeKey"]["Resource"] == [secret_arn]
@@ -537,18 +538,18 @@ def test_a_node_boots_with_the_boot_profile_and_swaps_to_the_run_profile(stack: 
     desc = loader.load_stack(stack, ROOT)
     run = declared(stack)
     for g, group in desc.burst_groups.items():
-        name = cloud.burst_name(desc, g)
+        name = names.burst_name(desc, g)
         boot_profile = one(run, ":InstanceProfile", f"{name}-boot").inputs
         run_profile = one(run, ":InstanceProfile", f"{name}-node").inputs
         assert (boot_profile["name"], boot_profile["role"]) == (
-            cloud.boot_profile_name(desc, g), f"{name}-boot")
+            names.boot_profile_name(desc, g), f"{name}-boot")
         assert (run_profile["name"], run_profile["role"]) == (
-            cloud.run_profile_name(desc, g), f"{name}-node")
+            names.run_profile_name(desc, g), f"{name}-node")
         template = one(run, ":LaunchTemplate", name).inputs
         boot_arn = f"arn:mock:aws:iam/instanceProfile:InstanceProfile:{name}-boot"
         assert template["iamInstanceProfile"] == {"arn": boot_arn}
         user_data = base64.b64decode(template["userData"]).decode()
-        assert f"--iam-instance-profile Name={cloud.run_profile_name(desc, g)} " in user_data
+        assert f"--iam-instance-profile Name={names.run_profile_name(desc, g)} " in user_data
 
         boot = _role_grants(run, f"{name}-boot")
         actions = sorted(a for st in boot for a in st["Action"])
@@ -578,7 +579,7 @@ def test_a_node_boots_with_the_boot_profile_and_swaps_to_the_run_profile(stack: 
                               ).inputs["policy"])
     (passes,) = [st for st in launcher["Statement"] if st["Sid"] == "PassNodeRoles"]
     assert passes["Resource"] == sorted(
-        f"arn:mock:aws:iam/role:Role:{cloud.burst_name(desc, g)}-boot"
+        f"arn:mock:aws:iam/role:Role:{names.burst_name(desc, g)}-boot"
         for g in desc.burst_groups)
 
 
@@ -586,7 +587,7 @@ def test_a_burst_group_elsewhere_reads_its_regions_replica_without_the_pool_key(
     desc = loader.load_stack("example", ROOT)
     group = next(iter(desc.burst_groups.values())).model_copy(update={"region": "eu-west-1"})
     arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:gpupool/prod/munge-key-AbCdEf"
-    doc = cloud.munge_read_policy(desc, group, arn, "arn:aws:kms:us-east-1:1:key/k")
+    doc = iam.munge_read_policy(desc, group, arn, "arn:aws:kms:us-east-1:1:key/k")
     assert doc["Statement"] == [{
         "Sid": "ReadMungeKey", "Effect": "Allow", "Action": ["secretsmanager:GetSecretValue"],
         "Resource": ["arn:aws:secretsmanager:eu-west-1:123456789012:secret:"
@@ -599,8 +600,8 @@ def test_buckets_private_encrypted_and_versioned_as_declared(stack: str) -> None
     desc = loader.load_stack(stack, ROOT)
     run = declared(stack)
     versioned = {r.inputs["bucket"] for r in of_type(run, ":BucketVersioning")}
-    for tier, t in cloud.bucket_tiers(desc).items():
-        name = cloud.bucket_name(desc, tier)
+    for tier, t in storage.bucket_tiers(desc).items():
+        name = names.bucket_name(desc, tier)
         res = f"{desc.pool.name}-{tier}"
         assert one(run, ":Bucket", res).inputs["bucket"] == name
         pab = one(run, ":BucketPublicAccessBlock", res).inputs
@@ -615,7 +616,7 @@ def test_lifecycle_follows_retention(stack: str) -> None:
     desc = loader.load_stack(stack, ROOT)
     allowed = {"hot": {None}, "warm": {"STANDARD_IA", "INTELLIGENT_TIERING"},
                "archive": {"GLACIER", "DEEP_ARCHIVE"}}
-    for tier, t in cloud.bucket_tiers(desc).items():
+    for tier, t in storage.bucket_tiers(desc).items():
         rule, = one(declared(stack), ":BucketLifecycleConfiguration",
                     f"{desc.pool.name}-{tier}").inputs["rules"]
         assert rule["expiration"]["days"] == t.retention_days
@@ -632,19 +633,19 @@ def test_lifecycle_storage_class_rules() -> None:
     # S3 refuses STANDARD_IA before day 30; deep archive only pays off for 180+ days.
     from gpupool.spec.model import Temperature  # noqa: PLC0415
 
-    assert cloud.storage_class(Temperature.WARM, 14, 90) == "INTELLIGENT_TIERING"
-    assert cloud.storage_class(Temperature.WARM, 30, 90) == "STANDARD_IA"
-    assert cloud.storage_class(Temperature.ARCHIVE, 45, 90) == "GLACIER"
-    assert cloud.storage_class(Temperature.ARCHIVE, 180, 1095) == "DEEP_ARCHIVE"
-    assert cloud.storage_class(Temperature.HOT, 0, 10) is None
+    assert storage.storage_class(Temperature.WARM, 14, 90) == "INTELLIGENT_TIERING"
+    assert storage.storage_class(Temperature.WARM, 30, 90) == "STANDARD_IA"
+    assert storage.storage_class(Temperature.ARCHIVE, 45, 90) == "GLACIER"
+    assert storage.storage_class(Temperature.ARCHIVE, 180, 1095) == "DEEP_ARCHIVE"
+    assert storage.storage_class(Temperature.HOT, 0, 10) is None
 
 
 def test_lustre_scratch_sized_and_linked_to_datasets() -> None:
     desc = loader.load_stack("example", ROOT)
     fs = one(declared("example"), ":LustreFileSystem", "prod-scratch").inputs
     assert fs["storageCapacity"] >= desc.storage_tiers["scratch"].size_tib * 1024
-    assert fs["storageCapacity"] % cloud.FSX_STEP_GIB == 0
-    assert fs["importPath"] == f"s3://{cloud.bucket_name(desc, 'datasets')}"
+    assert fs["storageCapacity"] % storage.FSX_STEP_GIB == 0
+    assert fs["importPath"] == f"s3://{names.bucket_name(desc, 'datasets')}"
     assert of_type(declared("lab"), ":LustreFileSystem") == []  # lab scratch is local
 
 
@@ -747,7 +748,7 @@ def test_namespace_guards_and_rbac_per_team(stack: str) -> None:
 def test_stack_outputs_name_what_others_read(stack: str) -> None:
     desc = loader.load_stack(stack, ROOT)
     out = declared(stack).outputs
-    assert out["buckets"] == {t: cloud.bucket_name(desc, t) for t in cloud.bucket_tiers(desc)}
+    assert out["buckets"] == {t: names.bucket_name(desc, t) for t in storage.bucket_tiers(desc)}
     assert set(out["queues"]) == set(desc.teams)
     assert set(out["launch_templates"]) == set(desc.burst_groups)
     assert set(out["onprem_segments"]["segments"]) == set(desc.network.segments)

@@ -155,11 +155,11 @@ def _firewall(stack: str, node: str) -> str:
     image where node is BURST."""
     import jinja2  # noqa: PLC0415
 
-    from gpupool.render import cloud  # noqa: PLC0415
+    from gpupool.render.cloud import names  # noqa: PLC0415
 
     desc = loader.load_stack(stack, ROOT)
     if node == BURST:
-        image = inventory.burst_image_vars(desc, cloud.regions(desc)[0])
+        image = inventory.burst_image_vars(desc, names.regions(desc)[0])
         inbound, sources = image["gpupool_node"]["inbound"], image["gpupool_flow_sources"]
     else:
         inv = inventory.build(desc)["all"]
@@ -206,20 +206,20 @@ def test_only_root_reaches_the_metadata_service_from_the_image_and_the_user_data
     a local process: the image's firewall (role hardening) and, before anything else, the
     burst node's user-data reject every packet to it but root's, and forward none there.
     Both name the same addresses; both rulesets load (nft -c)."""
-    from gpupool.render import cloud  # noqa: PLC0415
+    from gpupool.render.cloud import launch  # noqa: PLC0415
 
     defaults = yaml.safe_load((ROOT / "roles/hardening/defaults/main.yml").read_text())
-    assert tuple(defaults["hardening_metadata_addresses"]) == cloud.METADATA_ADDRESSES
+    assert tuple(defaults["hardening_metadata_addresses"]) == launch.METADATA_ADDRESSES
     desc = loader.load_stack(stack, ROOT)
-    for ruleset in (_firewall(stack, BURST), "\n".join(cloud.metadata_root_only())):
-        for address in cloud.METADATA_ADDRESSES:
+    for ruleset in (_firewall(stack, BURST), "\n".join(launch.metadata_root_only())):
+        for address in launch.METADATA_ADDRESSES:
             family = "ip6" if ":" in address else "ip"
             assert f"{family} daddr {address} meta skuid != 0 reject" in ruleset
             assert f"    {family} daddr {address} reject" in ruleset
         _nft_check(ruleset, tmp_path)
     for name, group in desc.burst_groups.items():
-        script = cloud.user_data(desc, name, group)
-        block = "nft -f - <<'EOF'\n" + "\n".join(cloud.metadata_root_only()) + "\nEOF\n"
+        script = launch.user_data(desc, name, group)
+        block = "nft -f - <<'EOF'\n" + "\n".join(launch.metadata_root_only()) + "\nEOF\n"
         # Before the first line that could ask the metadata service anything.
         assert script.index(block) < script.index("169.254.169.254/latest")
 

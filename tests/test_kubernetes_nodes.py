@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from gpupool.render import cloud, flows, inventory, k8s_objects, node_labels
+from gpupool.render import flows, inventory, k8s_objects, node_labels
+from gpupool.render.cloud import launch, network
 from gpupool.spec import loader
 from gpupool.spec.catalog import BURST_SEGMENT
 from gpupool.spec.model import Cni, Description, Kubernetes
@@ -35,7 +36,7 @@ def every_path(desc: Description) -> list[dict[str, Any]]:
     out = [h["gpupool_node"]["kubernetes"] for h in hosts.values()
            if h["gpupool_node"]["kubernetes"] is not None]
     for name, group in desc.burst_groups.items():
-        script = cloud.user_data(desc, name, group)
+        script = launch.user_data(desc, name, group)
         for reg in node_labels.burst_nodes(desc, name).values():
             assert node_labels.kubelet_args(reg) in script
             out.append(reg)
@@ -75,12 +76,12 @@ def test_no_cluster_no_registration_and_no_kubelet_arguments() -> None:
     assert inventory.pool_vars(desc)["gpupool_kubernetes"] is None
     assert all(h["gpupool_node"]["kubernetes"] is None for h in inv["hosts"].values())
     for name, group in desc.burst_groups.items():
-        assert "kubelet" not in cloud.user_data(desc, name, group)
+        assert "kubelet" not in launch.user_data(desc, name, group)
 
 
 def test_spot_registration_is_tainted_and_picked_by_the_instance() -> None:
     desc = loader.load_stack("example", ROOT)
-    script = cloud.user_data(desc, "h100-burst", desc.burst_groups["h100-burst"])
+    script = launch.user_data(desc, "h100-burst", desc.burst_groups["h100-burst"])
     assert "instance-life-cycle" in script
     assert "--register-with-taints=gpupool.io/capacity-type=spot:NoSchedule" in script
     # Metadata unreachable: the node registers as spot (tainted), never as on-demand.
@@ -147,7 +148,7 @@ def test_burst_security_groups_admit_what_kubernetes_needs_and_nothing_more(cni:
     desc = with_kubernetes(loader.load_stack("lab", ROOT), cni)
     control, nodes = flows.KUBERNETES_CONTROL_PLANE, flows.KUBERNETES_NODES
     mgmt = {n: f"{node.addresses['management']}/32" for n, node in desc.nodes.items()}
-    assert cloud.prefix_lists(desc) == {
+    assert network.prefix_lists(desc) == {
         control: {mgmt["lab-ctl"]: "lab-ctl"},
         nodes: {mgmt[n]: n for n in ("lab-ctl", "lab-gpu1", "lab-gpu2", "lab-gpu3")}}
     want = {("ingress", control, "tcp", flows.KUBELET),
@@ -155,17 +156,17 @@ def test_burst_security_groups_admit_what_kubernetes_needs_and_nothing_more(cni:
     for protocol, ports in flows.CNI_PORTS[cni]:
         want |= {(d, peer, protocol, p) for d in ("ingress", "egress")
                  for peer in (BURST_SEGMENT, nodes) for p in ports}
-    rules = cloud.kubernetes_rules(desc)
+    rules = network.kubernetes_rules(desc)
     assert {r.segment for r in rules} == {BURST_SEGMENT}
     assert {(r.direction, r.peer, r.protocol, r.port) for r in rules} == want
     # The program declares them (firewall_rules) unless a flow already opens the same.
-    declared = {r.key: r for r in cloud.firewall_rules(desc)}
+    declared = {r.key: r for r in network.firewall_rules(desc)}
     assert {r.key for r in rules} <= set(declared)
     for r in (declared[r.key] for r in rules if declared[r.key].flow is None):
-        assert cloud.rule_description(desc, r).startswith("Kubernetes: "), r
+        assert network.rule_description(desc, r).startswith("Kubernetes: "), r
     for plain in (loader.load_stack("lab", ROOT), desc.model_copy(update={"burst_groups": {}})):
-        assert cloud.kubernetes_rules(plain) == set()
-        assert cloud.prefix_lists(plain) == {}
+        assert network.kubernetes_rules(plain) == set()
+        assert network.prefix_lists(plain) == {}
 
 
 def test_login_and_storage_only_hosts_open_nothing_for_kubernetes() -> None:

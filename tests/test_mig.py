@@ -146,8 +146,11 @@ def test_slurm_gres_conf_lab_fixture_devices(mixed: Any) -> None:
 def test_slurm_gres_conf_production_autodetects_mig() -> None:
     data = mig_lab("h100", 80, "single", {"1g.10gb": 7}, count=8)
     data["pool"]["environment"] = "production"
-    # Debian 13's NVML plugin (24.11.5-2) fits its Slurm: NVML finds the instances.
+    # Debian 13's NVML plugin (24.11.5-2) fits its Slurm: NVML finds the instances. Its
+    # Slurm is Debian 13's, so the nodes run Debian 13 (rule release-slurm-suite).
     data["software"]["slurm"] = "24.11.5"
+    for node_class in data["node_classes"].values():
+        node_class["os"] = "debian-13"
     desc = loader.parse(data)
     lines = slurm.gres_conf(desc)
     assert lines[0] == "AutoDetect=nvml"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpupool.render import cloud
+from gpupool.render.cloud import names
 from gpupool.render.k8s_objects import POD_SECURITY_PREFIX, RBAC_API, ROLE_RULES
 from gpupool.spec import loader
 from policies import offline
@@ -39,7 +39,7 @@ def test_policies_are_grouped_and_levelled() -> None:
 
 def _ssh_rule(stack: str = "lab") -> str:
     pool = loader.load_stack(stack, ROOT).pool.name
-    region = cloud.regions(loader.load_stack(stack, ROOT))[0]
+    region = names.regions(loader.load_stack(stack, ROOT))[0]
     admin = loader.load_stack(stack, ROOT).network.admin_cidrs[0].replace("/", "_")
     return f"{pool}-{region}-training-in-{admin.replace('.', '-')}-tcp-22"
 

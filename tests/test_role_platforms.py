@@ -10,6 +10,7 @@ import yaml
 
 from gpupool.gate.suites import test_system as system_suite
 from gpupool.lab import hosts
+from gpupool.spec import os_release
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLES = sorted(p.parent.parent for p in (ROOT / "roles").glob("*/meta/main.yml"))
@@ -45,3 +46,9 @@ def test_no_per_os_vars_beyond_the_proven_family(role: Path) -> None:
 
 def test_the_gate_admits_the_proven_releases_only() -> None:
     assert set(system_suite.SUPPORTED_OS) == PROVEN_OS_RELEASE
+
+
+def test_validate_names_the_proven_releases() -> None:
+    """validate's notice of unproven releases (gpupool/spec/os_release.py) names the same
+    releases the gate admits."""
+    assert {tuple(r.value.split("-")) for r in os_release.PROVEN} == PROVEN_OS_RELEASE

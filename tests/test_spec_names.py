@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpupool.render import cloud
+from gpupool.render.cloud import iam, names
 from gpupool.spec import loader
 from gpupool.spec.catalog import (
     CONTROLLER_BACKUP_PREFIX,
@@ -36,13 +36,13 @@ def test_the_spec_names_what_the_roles_and_the_cloud_side_name() -> None:
     common = yaml.safe_load((ROOT / "roles" / "common" / "defaults" / "main.yml").read_text())
     assert common["common_team_group_prefix"] == TEAM_GROUP_PREFIX
     assert common["common_role_group_prefix"] == ROLE_GROUP_PREFIX
-    assert cloud.BACKUP_PREFIX == CONTROLLER_BACKUP_PREFIX
+    assert iam.BACKUP_PREFIX == CONTROLLER_BACKUP_PREFIX
     for stack in ("lab", "example"):
         desc = loader.load_stack(stack, ROOT)
         tiers = [n for n, t in desc.storage_tiers.items() if t.purpose in BUCKET_PURPOSES]
         assert tiers
         for tier in tiers:
-            assert cloud.bucket_name(desc, tier) == bucket_name(
+            assert names.bucket_name(desc, tier) == bucket_name(
                 desc.pool.name, tier, desc.pool.cloud_region)
 
 

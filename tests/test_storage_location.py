@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpupool.render import cloud
+from gpupool.render.cloud import names, storage
 from gpupool.spec import loader
 from gpupool.spec.errors import DescriptionError
 from gpupool.spec.model import Location, StorageTier
@@ -53,8 +53,8 @@ def test_an_on_prem_tier_gets_no_bucket_and_a_both_tier_keeps_its_own() -> None:
                                    {"set": "storage_tiers.archive.mount",
                                     "value": {"path": "/archive", "fstype": "nfs",
                                               "source": "lab-filer:/export/archive"}}])
-    assert _buckets(run) == {cloud.bucket_name(desc, t) for t in ("datasets", "checkpoints")}
-    assert _buckets(declared("lab")) == {cloud.bucket_name(desc, t)
+    assert _buckets(run) == {names.bucket_name(desc, t) for t in ("datasets", "checkpoints")}
+    assert _buckets(declared("lab")) == {names.bucket_name(desc, t)
                                          for t in ("datasets", "checkpoints", "archive")}
 
 
@@ -84,5 +84,5 @@ def test_a_home_tier_is_mounted_and_has_no_cloud_side() -> None:
             "mount": {"path": "/home", "fstype": "nfs", "source": "lab-filer:/export/home"}}
     desc = loader.parse(mutate(raw_stack("lab"), [{"set": "storage_tiers.home", "value": home}]),
                         "lab")
-    assert "home" not in cloud.bucket_tiers(desc)
+    assert "home" not in storage.bucket_tiers(desc)
     assert desc.storage_tiers["home"].located is Location.ONPREM

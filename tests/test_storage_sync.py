@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from gpupool.render import cloud, inventory
+from gpupool.render import inventory
+from gpupool.render.cloud import names
 from gpupool.spec import loader
 from gpupool.spec.errors import DescriptionError
 from tests.conftest import ROOT, mutate, raw_stack
@@ -29,11 +30,11 @@ def test_the_lab_plans_its_two_both_tiers_copies() -> None:
     desc = loader.load_stack("lab", ROOT)
     plan = inventory.sync_plan(desc)
     assert plan == [
-        {"tier": "datasets", "path": "/datasets", "bucket": cloud.bucket_name(desc, "datasets"),
+        {"tier": "datasets", "path": "/datasets", "bucket": names.bucket_name(desc, "datasets"),
          "region": desc.pool.cloud_region, "direction": "to_cloud", "interval_s": 3600,
          "delete": False},
         {"tier": "checkpoints", "path": "/checkpoints",
-         "bucket": cloud.bucket_name(desc, "checkpoints"), "region": desc.pool.cloud_region,
+         "bucket": names.bucket_name(desc, "checkpoints"), "region": desc.pool.cloud_region,
          "direction": "from_cloud", "interval_s": 900, "delete": False}]
     assert inventory.pool_vars(desc)["gpupool_storage_sync"] == plan
 

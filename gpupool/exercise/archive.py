@@ -13,14 +13,14 @@ from typing import Any
 import boto3
 
 from gpupool.onhost import reference_train
-from gpupool.render import cloud
+from gpupool.render.cloud import names, storage
 from gpupool.spec.model import Description, Purpose
 
 RESTORE_WAIT_S = 60
 
 
 def _tier(desc: Description) -> str:
-    return next(n for n, t in cloud.bucket_tiers(desc).items() if t.purpose is Purpose.ARCHIVE)
+    return next(n for n, t in storage.bucket_tiers(desc).items() if t.purpose is Purpose.ARCHIVE)
 
 
 def _client(desc: Description, endpoint: str | None) -> Any:
@@ -31,11 +31,11 @@ def archive_job(desc: Description, endpoint: str | None, job_dir: Path, prefix: 
     """Upload a job's checkpoints to the archive bucket; returns how many."""
     s3 = _client(desc, endpoint)
     tier = _tier(desc)
-    bucket = cloud.bucket_name(desc, tier)
+    bucket = names.bucket_name(desc, tier)
     if endpoint is not None:  # the local endpoint starts empty; Pulumi owns real buckets
         s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={
             "LocationConstraint": desc.pool.cloud_region})
-    steps = cloud.transitions(desc.storage_tiers[tier])
+    steps = storage.transitions(desc.storage_tiers[tier])
     storage_class = steps[0]["storageClass"] if steps and steps[0]["days"] == 0 else "STANDARD"
     files = sorted(job_dir.glob("ckpt-*.json"))
     for f in files:
@@ -47,7 +47,7 @@ def archive_job(desc: Description, endpoint: str | None, job_dir: Path, prefix: 
 def restore_newest(desc: Description, endpoint: str | None, prefix: str, dest: Path) -> str:
     """Restore the newest archived checkpoint whose checksum holds into dest."""
     s3 = _client(desc, endpoint)
-    bucket = cloud.bucket_name(desc, _tier(desc))
+    bucket = names.bucket_name(desc, _tier(desc))
     keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "/")
                   .get("Contents", []))
     dest.mkdir(parents=True, exist_ok=True)

@@ -1,12 +1,12 @@
 """A burst node's acceptance gate at boot: the quick tier on this machine, before slurmd
 takes any work.
 
-The launch template's user-data (gpupool.render.cloud.user_data) runs, from the gate's
+The launch template's user-data (gpupool.render.cloud.launch.user_data) runs, from the gate's
 virtual environment in the image (roles/acceptance_gate),
 
     python -m gpupool.gate.boot FACTS NODE REPORT_DIR
 
-with the facts it wrote (gpupool.render.cloud.burst_facts). Exit 0 admits the node: the
+with the facts it wrote (gpupool.render.cloud.launch.burst_facts). Exit 0 admits the node: the
 user-data starts slurmd. Anything else keeps it out, and the one line printed on stdout is
 the drain reason the user-data gives Slurm: the failed checks, or why the gate could not
 run. The full report stays in REPORT_DIR/NODE.json.

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpupool.render.flows import allowed, probe_ports
+from gpupool.spec import os_release
 from gpupool.spec.catalog import GPU_MODELS, INSTANCE_TYPES
 from gpupool.spec.facts import node_class, rack_places
 from gpupool.spec.mig import is_partitioned
@@ -129,7 +130,7 @@ def node_expect(desc: Description, node: str) -> NodeExpect:
         addresses=dict(n.addresses),
         mtu={s: desc.network.segments[s].mtu for s in n.addresses},
         gpu=_gpu(desc, node),
-        software=desc.software.model_dump(exclude={"blocklist"}),
+        software=os_release.versions(desc, desc.node_classes[n.class_].os),
         mounts=mounts,
         teams=tuple(desc.teams),
         probes=probes,
@@ -157,7 +158,7 @@ def _fact(facts: Mapping[str, Any], key: str, kind: type) -> Any:
 
 def burst_expect(facts: Mapping[str, Any], node: str) -> NodeExpect:
     """What a burst node must look like, from the facts its user-data writes
-    (gpupool.render.cloud.burst_facts): the group's instance type's GPUs, the software lock,
+    (gpupool.render.cloud.launch.burst_facts): the group's instance type's GPUs, the software lock,
     the teams and the storage tiers' mounts. No probes (nothing declares its peers'
     addresses) and no leaf switch; its host firewall is checked as on-prem. Mount values
     reach the suites' commands, so they pass the description's own rules again

@@ -27,7 +27,7 @@ A burst host's firewall is the image's: the hardening role's ruleset for a burst
 AWS the security groups the Pulumi program declares (infra/network.py) stand in front of
 it. Its node and DCGM exporters are disabled in the image: the roles bind them to a host's
 declared management address, which a burst node does not have. The boot binds both to
-the instance's address and starts them (cloud.user_data); the DCGM exporter here is the
+the instance's address and starts them (launch.user_data); the DCGM exporter here is the
 lab's fixture package, so what its scrape shows is the binding, not GPU telemetry.
 Nothing here is EC2; no cloud behaviour follows from it beyond what moto and the fixtures
 do.
@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.lab import burst_image, hosts
-from gpupool.render import cloud, slurm
+from gpupool.render import slurm
+from gpupool.render.cloud import launch, names, network
 from gpupool.spec.model import Description
 
 BURST_LABEL = "gpupool.burst-instance"
@@ -61,13 +62,13 @@ class BurstLabError(hosts.LabError):
 def declare_network(ec2: Any, desc: Description, region: str) -> dict[str, tuple[str, str]]:
     """The pool's VPC and subnets in moto, tagged as infra/network.py tags them; returns
     subnet id -> (segment, CIDR)."""
-    first, *more = cloud.vpc_cidrs(desc)
+    first, *more = network.vpc_cidrs(desc)
     vpc = ec2.create_vpc(CidrBlock=first)["Vpc"]["VpcId"]
     for cidr in more:
         ec2.associate_vpc_cidr_block(VpcId=vpc, CidrBlock=cidr)
     made = {}
-    for (segment, zone), cidr in sorted(cloud.subnets(desc, region).items()):
-        tags = [{"Key": k, "Value": v} for k, v in {**cloud.tags(desc), "segment": segment}.items()]
+    for (segment, zone), cidr in sorted(network.subnets(desc, region).items()):
+        tags = [{"Key": k, "Value": v} for k, v in {**names.tags(desc), "segment": segment}.items()]
         sid = ec2.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone=zone,
                                 TagSpecifications=[{"ResourceType": "subnet", "Tags": tags}]
                                 )["Subnet"]["SubnetId"]
@@ -83,7 +84,7 @@ def declare_profiles(iam: Any, desc: Description) -> None:
         "Effect": "Allow", "Action": "sts:AssumeRole",
         "Principal": {"Service": "ec2.amazonaws.com"}}]})
     for name in desc.burst_groups:
-        for profile in (cloud.boot_profile_name(desc, name), cloud.run_profile_name(desc, name)):
+        for profile in (names.boot_profile_name(desc, name), names.run_profile_name(desc, name)):
             iam.create_role(RoleName=profile, AssumeRolePolicyDocument=trust)
             iam.create_instance_profile(InstanceProfileName=profile)
             iam.add_role_to_instance_profile(InstanceProfileName=profile, RoleName=profile)
@@ -99,15 +100,15 @@ def declare_templates(ec2: Any, desc: Description, image_id: str) -> None:
                                   region_name=ec2.meta.region_name), desc)
     for name, group in desc.burst_groups.items():
         ec2.create_launch_template(
-            LaunchTemplateName=cloud.burst_name(desc, name),
+            LaunchTemplateName=names.burst_name(desc, name),
             LaunchTemplateData={
                 "ImageId": image_id,
-                "IamInstanceProfile": {"Name": cloud.boot_profile_name(desc, name)},
+                "IamInstanceProfile": {"Name": names.boot_profile_name(desc, name)},
                 "MetadataOptions": {"HttpEndpoint": "enabled", "HttpTokens": "required",
                                     "HttpPutResponseHopLimit": 1,
                                     "InstanceMetadataTags": "enabled"},
                 "UserData": base64.b64encode(
-                    cloud.user_data(desc, name, group).encode()).decode()})
+                    launch.user_data(desc, name, group).encode()).decode()})
 
 
 def _user_data(ec2: Any, desc: Description, instance: dict[str, Any]) -> str:
@@ -119,7 +120,7 @@ def _user_data(ec2: Any, desc: Description, instance: dict[str, Any]) -> str:
         return base64.b64decode(own["Value"]).decode()
     group = _tags(instance).get("burst-group", "")
     data = ec2.describe_launch_template_versions(
-        LaunchTemplateName=cloud.burst_name(desc, group), Versions=["$Latest"])[
+        LaunchTemplateName=names.burst_name(desc, group), Versions=["$Latest"])[
         "LaunchTemplateVersions"][0]["LaunchTemplateData"]
     return base64.b64decode(data.get("UserData", "")).decode()
 
@@ -127,14 +128,14 @@ def _user_data(ec2: Any, desc: Description, instance: dict[str, Any]) -> str:
 def associate_boot_profile(ec2: Any, desc: Description, instance: dict[str, Any]) -> None:
     """FIXTURE (moto): EC2 associates a launch template's instance profile with the
     instance it launches; moto's fleets do not, so the lab does it before the boot, which
-    swaps it for the run profile (cloud.user_data)."""
+    swaps it for the run profile (launch.user_data)."""
     found = ec2.describe_iam_instance_profile_associations(Filters=[
         {"Name": "instance-id", "Values": [instance["InstanceId"]]}])
     if not found["IamInstanceProfileAssociations"]:
         group = _tags(instance).get("burst-group", "")
         ec2.associate_iam_instance_profile(
             InstanceId=instance["InstanceId"],
-            IamInstanceProfile={"Name": cloud.boot_profile_name(desc, group)})
+            IamInstanceProfile={"Name": names.boot_profile_name(desc, group)})
 
 
 def _tags(instance: dict[str, Any]) -> dict[str, str]:
@@ -191,7 +192,7 @@ def _link_rules(desc: Description) -> list[list[str]]:
     registration comes from (cloud_reg_addrs), so a masqueraded node would be unreachable."""
     onprem = [s.cidr for _, s in sorted(desc.network.segments.items())]
     comment = ["-m", "comment", "--comment", f"gpupool lab {desc.pool.name} hybrid link"]
-    pairs = [(x, o) for x in cloud.vpc_cidrs(desc) for o in onprem]
+    pairs = [(x, o) for x in network.vpc_cidrs(desc) for o in onprem]
     return [["POSTROUTING", "-s", a, "-d", b, *comment, "-j", "ACCEPT"]
             for x, o in pairs for a, b in ((x, o), (o, x))]
 
@@ -214,7 +215,7 @@ def _onprem_routes(desc: Description, verb: str) -> list[str]:
         if hosts.podman("container", "exists", host_name(desc, node),
                         check=False).returncode != 0:
             continue
-        for block in cloud.vpc_cidrs(desc):
+        for block in network.vpc_cidrs(desc):
             done = hosts.exec_(desc, node, ["ip", "route", verb, block, "via", gateway])
             if done.returncode != 0:
                 failed.append(f"{node}: ip route {verb} {block}: {done.stderr.strip()}")
@@ -244,14 +245,14 @@ def link_down(desc: Description) -> None:
 
 def _running(ec2: Any, desc: Description) -> list[dict[str, Any]]:
     found = ec2.describe_instances(Filters=[
-        {"Name": f"tag:{cloud.TAG_POOL}", "Values": [desc.pool.name]},
+        {"Name": f"tag:{names.TAG_POOL}", "Values": [desc.pool.name]},
         {"Name": "instance-state-name", "Values": ["pending", "running"]}])
     return [i for r in found["Reservations"] for i in r["Instances"]]
 
 
 def _boot(desc: Description, ec2: Any, instance: dict[str, Any], *, image: str,
           subnets: dict[str, tuple[str, str]], endpoint: str, region: str) -> None:
-    node = _tags(instance)[cloud.TAG_SLURM_NODE]
+    node = _tags(instance)[names.TAG_SLURM_NODE]
     associate_boot_profile(ec2, desc, instance)
     segment, cidr = subnets[instance["SubnetId"]]
     net = _network(desc, segment, cidr)
@@ -289,8 +290,8 @@ def sync(desc: Description, ec2: Any, image: str, endpoint: str,
     wanted = {}
     for instance in _running(ec2, desc):
         tags = _tags(instance)
-        if cloud.TAG_SLURM_NODE in tags and instance.get("SubnetId") in subnets:
-            wanted[tags[cloud.TAG_SLURM_NODE]] = instance
+        if names.TAG_SLURM_NODE in tags and instance.get("SubnetId") in subnets:
+            wanted[tags[names.TAG_SLURM_NODE]] = instance
     link_up(desc)
     present = _present(desc)
     for node, instance_id in present.items():

@@ -44,7 +44,8 @@ import yaml
 
 from gpupool.lab import hosts, mirror
 from gpupool.paths import PROJECT_ROOT, files_under
-from gpupool.render import cloud, image
+from gpupool.render import image
+from gpupool.render.cloud import names
 from gpupool.spec.model import Description
 
 
@@ -127,7 +128,7 @@ def fixture_layer() -> str:
 
 def region(desc: Description) -> str:
     """The lab bursts in one region: the first the pool bursts in."""
-    found = cloud.regions(desc)
+    found = names.regions(desc)
     if not found:
         raise BurstImageError("the pool declares no burst group: there is no burst image")
     return found[0]

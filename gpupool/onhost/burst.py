@@ -73,7 +73,7 @@ from botocore.exceptions import ClientError
 log = logging.getLogger("gpupool-burst")
 
 NODE_TAG = "gpupool:slurm-node"
-POOL_TAG = "pool"  # gpupool.render.cloud.TAG_POOL, on everything the pool owns
+POOL_TAG = "pool"  # gpupool.render.cloud.names.TAG_POOL, on everything the pool owns
 # Fleet error codes that mean "this type (or market) has no capacity now": try the next.
 CAPACITY_ERRORS = frozenset({
     "InsufficientInstanceCapacity", "InsufficientHostCapacity", "InsufficientCapacity",

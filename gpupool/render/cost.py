@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from gpupool.paths import DATA
-from gpupool.render import cloud
+from gpupool.render.cloud import names, storage
 from gpupool.spec.model import Description
 
 PRICES_FILE = DATA / "prices" / "aws.yaml"
@@ -143,7 +143,7 @@ def _region_of(name: str, desc: Description, inputs: Mapping[str, Any]) -> str:
     service = str(inputs.get("serviceName") or "")
     if service.startswith("com.amazonaws."):
         return service.split(".")[2]
-    known = sorted({desc.pool.cloud_region, *cloud.regions(desc)}, key=len, reverse=True)
+    known = sorted({desc.pool.cloud_region, *names.regions(desc)}, key=len, reverse=True)
     return next((r for r in known if f"-{r}-" in name or name.endswith(f"-{r}")),
                 desc.pool.cloud_region)
 
@@ -178,7 +178,7 @@ def _file_system(name: str, i: Mapping[str, Any], desc: Description, p: Prices) 
 
 def _bucket(name: str, i: Mapping[str, Any], desc: Description, p: Prices) -> Line:
     home = desc.pool.cloud_region
-    tier = cloud.tier_of_bucket(desc, str(i.get("bucket") or ""))
+    tier = storage.tier_of_bucket(desc, str(i.get("bucket") or ""))
     if tier is None:
         return Line(BUCKETS, name, home, "a bucket of no tier", None)
     gb = desc.storage_tiers[tier].size_tib * GIB_PER_TIB

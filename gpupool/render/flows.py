@@ -27,7 +27,7 @@ addresses (kubelet's node IP) and only on the nodes of the cluster: the API serv
 the cluster's nodes and the admin ranges, etcd between control-plane nodes, kubelet from
 the control plane, and the pod network's ports between the cluster's nodes. Their sources
 are the pseudo segments KUBERNETES_* in segment_sources(). Burst nodes, workers too, come
-from their subnets' block; their security groups' side is cloud.kubernetes_rules().
+from their subnets' block; their security groups' side is cloud.network.kubernetes_rules().
 
 A burst node's own host firewall (the image's) is burst_inbound(): the same allowances on
 the burst segment, for any of its addresses, since an image serves every node. Its
@@ -205,7 +205,7 @@ def burst_inbound(desc: Description,
                   sources: dict[str, tuple[str, ...]] | None = None) -> list[Allowance]:
     """A burst node's inbound, on its one address (in the burst segment's cloud block):
     the flows to the burst segment, srun's ports, and, where a cluster is declared, a
-    worker's Kubernetes ports. Its security groups (cloud.firewall_rules) admit the same
+    worker's Kubernetes ports. Its security groups (cloud.network.firewall_rules) admit the same
     at the segment's grain; this, its host firewall, keeps what they cannot say: a flow of
     protocol `all` leaves the management plane's ports closed, as on-prem. Empty where the
     pool does not burst."""

@@ -17,7 +17,9 @@ from typing import Any
 
 import yaml
 
-from gpupool.render import cloud, inventory
+from gpupool.render import inventory
+from gpupool.render.cloud import launch, names, storage
+from gpupool.spec import os_release
 from gpupool.spec.catalog import INSTANCE_TYPES
 from gpupool.spec.model import Description, Purpose
 
@@ -48,12 +50,12 @@ VERSION_MAJOR = 1
 def artifact_bucket(desc: Description) -> str:
     """The pool's datasets bucket: private, SSE-KMS with the pool key, read by burst nodes
     already; the image's archive sits under its own prefix there."""
-    tier = next((t for t, v in cloud.bucket_tiers(desc).items()
+    tier = next((t for t, v in storage.bucket_tiers(desc).items()
                  if v.purpose is Purpose.DATASETS), None)
     if tier is None:
         raise ValueError("the burst image's artifact lives in the datasets bucket, and the "
                          "description declares no datasets tier")
-    return cloud.bucket_name(desc, tier)
+    return names.bucket_name(desc, tier)
 
 
 def artifact_uri(desc: Description) -> str:
@@ -138,18 +140,19 @@ def _build_steps(desc: Description, region: str, digest: str | None
 def _validate_steps(desc: Description) -> list[dict[str, Any]]:
     """What the user-data needs from the image, checked on the built instance. The NVIDIA
     stack's versions are refused by the playbook itself (tasks/nvidia_versions.yml)."""
-    slurm = shlex.quote(desc.software.slurm)
+    locked = os_release.lock(desc, os_release.burst_release(desc))["slurm"]
+    slurm = shlex.quote(locked)
     return [_bash(
         "BurstBootNeeds", "set -eu",
         "for tool in cloud-init curl aws munged slurmd nvidia-smi; do command -v \"$tool\"; done",
-        f"test -x {cloud.SPOT_WATCH_PROGRAM}",
-        f"test -f /etc/systemd/system/{cloud.SPOT_WATCH_UNIT.format('')}",
-        f"test ! -e {cloud.MUNGE_KEY_PATH}",
+        f"test -x {launch.SPOT_WATCH_PROGRAM}",
+        f"test -f /etc/systemd/system/{launch.SPOT_WATCH_UNIT.format('')}",
+        f"test ! -e {launch.MUNGE_KEY_PATH}",
         # The tiers' mount units the boot starts (role storage), enabled.
-        *(f"systemctl is-enabled {shlex.quote(unit)}" for unit in cloud.mount_units(desc)),
+        *(f"systemctl is-enabled {shlex.quote(unit)}" for unit in storage.mount_units(desc)),
         "installed=$(dpkg-query -W -f='${Version}' slurmd)",
         f'case "${{installed#*:}}" in {slurm}|{slurm}-*) ;; '
-        f'*) echo "slurmd $installed is not the lock\'s {desc.software.slurm}" >&2; exit 1;; esac')]
+        f'*) echo "slurmd $installed is not the lock\'s {locked}" >&2; exit 1;; esac')]
 
 
 def component_document(desc: Description, region: str, digest: str | None) -> str:
@@ -157,7 +160,7 @@ def component_document(desc: Description, region: str, digest: str | None) -> st
     builds only from the artifact whose SHA-256 is digest (artifact_digest; None: it builds
     from none). The digest is in the document, so a new artifact is a new version."""
     doc = {
-        "name": cloud.burst_image_name(desc, region),
+        "name": names.burst_image_name(desc, region),
         "description": f"gpupool pool {desc.pool.name}: a burst node at the software lock",
         "schemaVersion": 1.0,
         "phases": [{"name": "build", "steps": _build_steps(desc, region, digest)},

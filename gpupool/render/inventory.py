@@ -10,8 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpupool.render import ansible_yaml, cloud, flows, node_labels, scheduling, slurm
+from gpupool.render import ansible_yaml, flows, node_labels, scheduling, slurm
 from gpupool.render import mig_config as mig_render
+from gpupool.render.cloud import iam, names
+from gpupool.spec import os_release
 from gpupool.spec.catalog import INSTANCE_TYPES
 from gpupool.spec.connection import Connection
 from gpupool.spec.facts import controller, gpu_capacity, rack_places
@@ -54,14 +56,14 @@ def backup_plan(desc: Description) -> dict[str, Any] | None:
     if b is None:
         return None
     return {"interval_s": duration_seconds(b.interval), "keep": b.keep,
-            "bucket": cloud.bucket_name(desc, b.tier), "prefix": cloud.BACKUP_PREFIX,
+            "bucket": names.bucket_name(desc, b.tier), "prefix": iam.BACKUP_PREFIX,
             "region": desc.pool.cloud_region}
 
 
 def sync_plan(desc: Description) -> list[dict[str, Any]]:
     """roles/storage_sync's plan: each `both` tier's declared copy between its mount and its
     bucket, run from the primary controller (which mounts every tier)."""
-    return [{"tier": name, "path": t.mount.path, "bucket": cloud.bucket_name(desc, name),
+    return [{"tier": name, "path": t.mount.path, "bucket": names.bucket_name(desc, name),
              "region": desc.pool.cloud_region, "direction": t.sync.direction.value,
              "interval_s": t.sync.every_minutes * 60, "delete": t.sync.delete}
             for name, t in desc.storage_tiers.items()
@@ -72,7 +74,7 @@ def pool_vars(desc: Description) -> dict[str, Any]:
     """Variables every host sees: the pool-wide parts of the description."""
     return {
         "gpupool_pool": desc.pool.model_dump(mode="json"),
-        "gpupool_software": desc.software.model_dump(mode="json"),
+        "gpupool_software": os_release.lock(desc),
         "gpupool_segments": {
             n: s.model_dump(mode="json") for n, s in desc.network.segments.items()},
         "gpupool_flows": [f.model_dump(mode="json", by_alias=True) for f in desc.network.flows],
@@ -120,6 +122,9 @@ def host_vars(desc: Description, name: str, places: dict[str, Any] | None = None
         "gpupool_node": {
             "name": name,
             "class": node.class_,
+            # The Debian release the node runs (its class's `os`): the roles' lock is that
+            # release's (group os_<release>'s gpupool_software where it has its own).
+            "os": cls.os.value,
             "roles": [r.value for r in node.roles],
             "site": place.site,
             "leaf": place.leaf,
@@ -173,6 +178,7 @@ def build(desc: Description, extra_vars: dict[str, Any] | None = None,
         for role in node.roles:
             add(group_name("role", role.value), name)
         add(group_name("class", node.class_), name)
+        add(group_name("os", desc.node_classes[node.class_].os.value), name)
         add(group_name("site", place.site), name)
         add(group_name("leaf", place.leaf), name)
         add(group_name("rack", node.rack), name)
@@ -195,6 +201,10 @@ def build(desc: Description, extra_vars: dict[str, Any] | None = None,
     children: dict[str, Any] = {
         g: ({"hosts": dict.fromkeys(sorted(h))} if h else {}) for g, h in sorted(groups.items())
     }
+    for release in desc.software.per_release:
+        # A release with versions of its own: its hosts' lock replaces the pool's.
+        if (group := group_name("os", release.value)) in children:
+            children[group]["vars"] = {"gpupool_software": os_release.lock(desc, release)}
     for site in desc.sites:
         if site_vars := connection.site_vars(site):
             children.setdefault(group_name("site", site), {})["vars"] = site_vars
@@ -214,7 +224,7 @@ def burst_image_vars(desc: Description, region: str) -> dict[str, Any]:
     teams' users and groups) and a `gpupool_node` for a burst node of the region. A burst
     node has no declared address or class; its host firewall admits any of its addresses
     (flows.burst_inbound), beside its security groups (infra/network.py), and its
-    Kubernetes registration comes at boot (cloud.user_data)."""
+    Kubernetes registration comes at boot (launch.user_data)."""
     groups = [g for g in desc.burst_groups.values() if g.region == region]
     if not groups:
         raise ValueError(f"no burst group bursts in {region}")
@@ -222,7 +232,7 @@ def burst_image_vars(desc: Description, region: str) -> dict[str, Any]:
     sources = flows.segment_sources(desc)
     return {
         "gpupool_pool": desc.pool.model_dump(mode="json"),
-        "gpupool_software": desc.software.model_dump(mode="json"),
+        "gpupool_software": os_release.lock(desc, os_release.burst_release(desc)),
         "gpupool_teams": {n: t.model_dump(mode="json") for n, t in desc.teams.items()},
         "gpupool_ids": desc.ids.model_dump(mode="json"),
         # The tiers whose mount units the image carries (role storage).

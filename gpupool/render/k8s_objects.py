@@ -11,8 +11,15 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from gpupool.render.cloud import LABEL_PREFIX, labels, onprem_sources
-from gpupool.render.node_labels import LABEL_CAPACITY, ONPREM, flavor_labels, flavor_taints
+from gpupool.render.cloud.names import labels
+from gpupool.render.cloud.network import onprem_sources
+from gpupool.render.node_labels import (
+    LABEL_CAPACITY,
+    LABEL_PREFIX,
+    ONPREM,
+    flavor_labels,
+    flavor_taints,
+)
 from gpupool.render.scheduling import class_policies, preemption_pairs, team_quotas, team_share
 from gpupool.spec.catalog import INSTANCE_TYPES
 from gpupool.spec.facts import CAPACITY_TYPES, gpu_capacity, preemption_kueue_expressible

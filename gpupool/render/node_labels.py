@@ -4,7 +4,7 @@ Kueue's ResourceFlavors (k8s_objects.resource_flavors) select nodes by these lab
 list these taints, so both come from the functions here: on-prem nodes register with them
 through kubelet (roles/kubernetes_node writes KUBELET_EXTRA_ARGS from the inventory's
 `gpupool_node.kubernetes`), burst nodes through their launch template's user data
-(cloud.user_data), which reads the instance's capacity type from the metadata service
+(cloud.launch.user_data), which reads the instance's capacity type from the metadata service
 because an Auto Scaling group that mixes spot and on-demand decides it at launch.
 
 GPU models are gpupool's model names (`gpupool.io/gpu-model`), not GPU Feature

@@ -29,8 +29,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from gpupool.render import cloud
-from gpupool.render.cloud import controller_addresses
+from gpupool.render.cloud import launch, names
+from gpupool.render.cloud.launch import controller_addresses
 from gpupool.render.scheduling import ClassPolicy, class_policies, preemption_pairs, team_share
 from gpupool.spec import gpu_detection as gpu_detection_spec
 from gpupool.spec.catalog import BURST_SEGMENT, SLURM_MAX_PRIORITY_TIER, SRUN_PORTS
@@ -423,11 +423,11 @@ def gres_conf(desc: Description) -> list[str]:
                     f"autodetection, which this Slurm lock cannot install ({detection.reason})")
             continue
         by_shape[(bool(n.mig), tuple(n.gres))].append(n.name)
-    for (is_mig, shape), names in by_shape.items():
+    for (is_mig, shape), hosts in by_shape.items():
         first = 0
         for gres_type, count in shape:
             files = (MIG_FIXTURE_DEVICE if is_mig else GPU_DEVICE).format(_range(first, count))
-            lines.append(_line([("NodeName", hostlist(names)), ("Name", "gpu"),
+            lines.append(_line([("NodeName", hostlist(hosts)), ("Name", "gpu"),
                                 ("Type", gres_type), ("File", files)]))
             first += count
     return lines
@@ -504,19 +504,19 @@ def burst_config(desc: Description) -> dict[str, Any]:
         name: {"region": g.region, "nodes": burst_node_names(name, g.max_nodes),
                "instance_types": list(g.instance_types),
                # The name infra/program.py gives the group's BurstPool and launch template.
-               "launch_template": cloud.burst_name(desc, name),
+               "launch_template": names.burst_name(desc, name),
                "capacity": [c.value for c in g.capacity],
                # How many of its nodes start on-demand, as its Auto Scaling distribution.
                "on_demand_nodes": burst_capacity_split(g).get(Capacity.ON_DEMAND.value, 0),
                # Where its instances go: the pool's subnets of this segment in these zones
                # (one zone with EFA), in the cluster placement group when EFA is declared.
-               "zones": cloud.group_zones(g),
+               "zones": launch.group_zones(g),
                "subnet_segment": BURST_SEGMENT,
-               "placement_group": cloud.burst_name(desc, name) if cloud.efa_interfaces(g)
+               "placement_group": names.burst_name(desc, name) if launch.efa_interfaces(g)
                else None,
                "capacity_blackout_s": BURST_CAPACITY_BLACKOUT_S,
                # The tags the Pulumi program puts on everything of the group.
-               "tags": cloud.tags(desc, g.team, **{"burst-group": name})}
+               "tags": names.tags(desc, g.team, **{"burst-group": name})}
         for name, g in desc.burst_groups.items()}}
 
 

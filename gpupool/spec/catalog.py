@@ -148,7 +148,7 @@ RESERVED_NAMESPACES = frozenset({
 # Slurm's own names: the root account, the default QOS and partition keywords.
 RESERVED_SLURM_NAMES = frozenset({"root", "normal", "default", "all"})
 # Where controller backups go in their tier's bucket (roles/controller_backup; the IAM
-# policy in gpupool/render/cloud.py, whose BACKUP_PREFIX tests/test_spec_names.py holds
+# policy in gpupool/render/cloud/iam.py, whose BACKUP_PREFIX tests/test_spec_names.py holds
 # equal to this). Teams' checkpoints share such a bucket under "<team>/", so a team named
 # as this prefix would read, overwrite and prune the controller's backups.
 CONTROLLER_BACKUP_PREFIX = "controller/"

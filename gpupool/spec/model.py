@@ -227,8 +227,18 @@ class Nvme(Strict):
     devices: list[Annotated[str, StringConstraints(pattern=DEVICE_PATH_RE)]] = []
 
 
+class OsRelease(StrEnum):
+    """A Debian release a node runs (as os-release's ID-VERSION_ID)."""
+
+    DEBIAN_12 = "debian-12"
+    DEBIAN_13 = "debian-13"
+
+
 class NodeClass(Strict):
     description: str = ""  # Free text for people.
+    # The Debian release the class's nodes run; its packages are `software`'s, with that
+    # release's entry of `software.per_release` in place of any it names.
+    os: OsRelease = OsRelease.DEBIAN_12
     gpu: Gpu | None = None  # The class's GPUs; absent: a node without GPUs.
     nics: list[Nic] = []  # The network interfaces, one entry per kind.
     cpus: Annotated[Int, Field(ge=1, le=4096)]  # CPU cores per node.
@@ -581,6 +591,18 @@ class Network(Strict):
     hybrid_links: dict[Region, HybridLink] = {}
 
 
+class ReleaseLock(Strict):
+    """Versions that differ on one Debian release; a component left out is the pool's."""
+
+    nvidia_driver: PackageVersion | None = None  # The NVIDIA driver's version there.
+    cuda: PackageVersion | None = None  # CUDA's version there.
+    container_toolkit: PackageVersion | None = None  # The Container Toolkit's there.
+    dcgm: PackageVersion | None = None  # DCGM's version there.
+    dcgm_exporter: PackageVersion | None = None  # dcgm-exporter's, built for that DCGM.
+    nccl: PackageVersion | None = None  # NCCL's version there.
+    slurm: PackageVersion | None = None  # Slurm's version there: one its archive carries.
+
+
 class Software(Strict):
     nvidia_driver: PackageVersion  # The NVIDIA driver's version.
     cuda: PackageVersion  # CUDA's version.
@@ -597,6 +619,10 @@ class Software(Strict):
     # Debian writes them)
     blocklist: dict[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z_]{0,31}$")],
                     list[PackageVersion]] = {}
+    # Debian release -> the versions that differ on it (each release's archive carries its
+    # own Slurm and drivers): a node runs `software` with its class's release's entry in
+    # place (gpupool/spec/os_release.py); validate checks Slurm's releases can talk.
+    per_release: dict[OsRelease, ReleaseLock] = {}
 
 
 class HealthStep(StrEnum):
@@ -811,7 +837,7 @@ def is_bucket_tier(tier: StorageTier) -> bool:
 def bucket_name(pool: str, tier: str, region: str) -> str:
     """A bucket tier's S3 bucket: globally unique by pool, tier and home region. The one
     formula: validation bounds its length (rule `bucket-name`) and the cloud side names
-    the bucket by it (gpupool/render/cloud.py bucket_name)."""
+    the bucket by it (gpupool/render/cloud/names.py bucket_name)."""
     return f"{pool}-{tier}-{region}"
 
 

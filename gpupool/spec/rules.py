@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from itertools import combinations
 
-from gpupool.spec import budgets, cuda_driver, floors, gpu_detection, mig
+from gpupool.spec import budgets, cuda_driver, floors, gpu_detection, mig, os_release
 from gpupool.spec.catalog import (
     BUCKET_NAME_LENGTH,
     BUCKET_RESERVED_PREFIXES,
@@ -417,7 +417,8 @@ def hybrid_links(desc: Description) -> Iterator[Problem]:
 
 
 def spare_block_missing(desc: Description, region: str) -> bool:
-    """Whether every per-zone block of the cloud CIDRs is taken (see render/cloud.subnets)."""
+    """Whether every per-zone block of the cloud CIDRs is taken (see
+    render/cloud/network.py subnets)."""
     zones = {z for g in desc.burst_groups.values() if g.region == region
              for z in g.availability_zones}
     return len(zones) >= 4 and len(zones) & (len(zones) - 1) == 0
@@ -625,7 +626,7 @@ def storage(desc: Description) -> Iterator[Problem]:
 @rule("software")
 def software(desc: Description) -> Iterator[Problem]:
     sw = desc.software
-    locked = sw.model_dump(exclude={"blocklist"})
+    locked = sw.model_dump(exclude={"blocklist", "per_release"})
     for component, versions in sw.blocklist.items():
         if component not in locked:
             yield Problem(f"software.blocklist.{component}", "blocklist-component",
@@ -633,10 +634,9 @@ def software(desc: Description) -> Iterator[Problem]:
         elif version_key(locked[component]) in {version_key(v) for v in versions}:
             yield Problem(f"software.{component}", "version-not-blocklisted",
                           "the locked version is on the blocklist", locked[component])
-    for component, (fixed, why) in FIXED_IN.items():
-        if older_than(locked[component], fixed):
-            yield Problem(f"software.{component}", "version-vulnerable", why,
-                          locked[component])
+    for path, component, version in os_release.locked_versions(desc):
+        if component in FIXED_IN and older_than(version, FIXED_IN[component][0]):
+            yield Problem(path, "version-vulnerable", FIXED_IN[component][1], version)
 
 
 @rule("pool", "software")
@@ -652,19 +652,19 @@ def version_floors(desc: Description) -> Iterator[Problem]:
 
 def floor_problems(desc: Description) -> Iterator[Problem]:
     """Every locked component below its floor, whatever the environment."""
-    for component in floors.components():
-        locked = getattr(desc.software, component, None)
-        if locked is None:
+    checked = set(floors.components())
+    for path, component, locked in os_release.locked_versions(desc):
+        if component not in checked:
             continue
         try:
             verdict = floors.check(component, locked)
         except floors.VersionError as exc:
-            yield Problem(f"software.{component}", "version-comparable",
+            yield Problem(path, "version-comparable",
                           f"cannot be compared with the advisories' fixed versions: {exc}",
                           locked)
             continue
         if verdict is not None:
-            yield Problem(f"software.{component}", "version-floor", verdict.message, locked)
+            yield Problem(path, "version-floor", verdict.message, locked)
 
 
 @rule("environment_images", "teams", "task_classes")
@@ -727,14 +727,15 @@ def mig_needs_nvml(desc: Description) -> Iterator[Problem]:
                    if name in used and mig.is_partitioned(nc.gpu)]
     if not partitioned:
         return
-    detection = gpu_detection.for_lock(desc.software.slurm)
-    if detection is None or detection.available:  # a bad lock: version-comparable says so
-        return
     for name in partitioned:
+        slurm = os_release.lock(desc, desc.node_classes[name].os)["slurm"]
+        detection = gpu_detection.for_lock(slurm)
+        if detection is None or detection.available:  # a bad lock: version-comparable
+            continue
         yield Problem(f"node_classes.{name}.gpu.mig_profiles", "mig-needs-nvml",
                       "MIG instances reach Slurm only through its NVML plugin "
                       "(AutoDetect=nvml), which cannot be installed with this Slurm lock: "
-                      f"{detection.reason}", desc.software.slurm)
+                      f"{detection.reason}", slurm)
 
 
 def _reserved_user(user: str) -> bool:
@@ -1250,3 +1251,65 @@ def storage_locations(desc: Description) -> Iterator[Problem]:
                           f"its mount names on-prem server {servers[0]}: a cloud tier would "
                           "declare a new FSx file system beside it; a tier served on-prem "
                           "is location onprem", where.value)
+
+
+@rule("software", "node_classes", "nodes")
+def release_slurm_suite(desc: Description) -> Iterator[Problem]:
+    """A release's Slurm lock is one its archive carries: Slurm 24.11.5 is Debian 13's, and
+    apt on a Debian 12 node finds no such version (the slurm role's pin would match
+    nothing). A Slurm no known suite carries (a site's own repository) is not judged."""
+    carried = {s.debian: s for s in gpu_detection.suites()}
+    for release in os_release.releases_in_use(desc):
+        slurm = os_release.lock(desc, release)["slurm"]
+        own = carried.get(release.value.removeprefix("debian-"))
+        try:
+            upstream = floors.parse(slurm).upstream
+        except floors.VersionError:
+            continue  # version-comparable says so
+        other = next((s for s in carried.values()
+                      if floors.parse(s.slurm).upstream == upstream), None)
+        if own is None or other is None or other is own:
+            continue
+        field = ("software.slurm" if release not in desc.software.per_release
+                 or desc.software.per_release[release].slurm is None
+                 else f"software.per_release.{release.value}.slurm")
+        yield Problem(field, "release-slurm-suite",
+                      f"Slurm {upstream} is Debian {other.debian}'s ({other.codename} "
+                      f"carries {other.slurm}); nodes on {release.value} install from "
+                      f"{own.codename}, which carries {own.slurm}: lock that release's "
+                      f"Slurm under software.per_release.{release.value}.slurm", slurm)
+
+
+@rule("software", "node_classes", "nodes")
+def slurm_release_window(desc: Description) -> Iterator[Problem]:
+    """Every Slurm daemon answers to the controllers' release: the controllers run one
+    Slurm, and every other node's slurmd is of that major or one the controllers' major
+    still accepts (gpupool/data/slurm-releases). A pool of Debian 12 and 13 nodes is four
+    majors apart (22.05 and 24.11) and is refused here rather than at registration."""
+    releases = os_release.controller_releases(desc)
+    try:
+        majors = {r: os_release.major(os_release.lock(desc, r)["slurm"])
+                  for r in os_release.releases_in_use(desc)}
+    except floors.VersionError:
+        return  # version-comparable says so
+    ctl = {majors[r] for r in releases}
+    if len(ctl) > 1:
+        yield Problem("nodes", "slurm-controllers-agree",
+                      "the controllers run different Slurm releases ("
+                      + ", ".join(f"{r.value}: {majors[r]}" for r in releases)
+                      + "); slurmctld and its backup share one state directory and one "
+                      "release", None)
+        return
+    if not ctl:
+        return  # no controller: rule controllers says so
+    (controller,) = ctl
+    for release, major in majors.items():
+        verdict = os_release.window(controller, major)
+        if verdict is None or verdict.ok:
+            continue
+        classes = sorted({n.class_ for n in desc.nodes.values()
+                          if n.class_ in desc.node_classes
+                          and desc.node_classes[n.class_].os is release})
+        yield Problem(f"node_classes.{classes[0]}.os", "slurm-release-window",
+                      f"nodes on {release.value} (classes {', '.join(classes)}) run Slurm "
+                      f"{major}: {verdict.reason}", release.value)

@@ -13,8 +13,8 @@ import pytest
 
 from gpupool.gate import boot
 from gpupool.gate.expect import FactsError, NodeExpect, burst_expect, node_expect
-from gpupool.render import cloud
-from gpupool.spec import loader
+from gpupool.render.cloud import launch
+from gpupool.spec import loader, os_release
 from gpupool.spec.catalog import GPU_MODELS, INSTANCE_TYPES
 from gpupool.spec.model import NodeRole
 from tests.conftest import ROOT
@@ -24,7 +24,7 @@ from tests.test_pool_defaults import resolve
 def _facts(stack: str = "lab") -> dict:
     desc = loader.load_stack(stack, ROOT)
     name, group = next(iter(desc.burst_groups.items()))
-    return json.loads(json.dumps(cloud.burst_facts(desc, name, group)))
+    return json.loads(json.dumps(launch.burst_facts(desc, name, group)))
 
 
 @pytest.mark.parametrize("stack", ["lab", "example"])
@@ -37,7 +37,7 @@ def test_a_burst_node_expects_its_types_gpus_the_lock_and_the_teams(stack: str) 
     assert (e.gpu.model, e.gpu.count, e.gpu.memory_gib) == (itype.gpu_model, itype.gpus,
                                                             itype.gpu_memory_gib)
     assert e.gpu.product == GPU_MODELS[itype.gpu_model].product
-    assert e.software == desc.software.model_dump(mode="json", exclude={"blocklist"})
+    assert e.software == os_release.versions(desc, os_release.burst_release(desc))
     assert e.teams == tuple(sorted(desc.teams)) and e.node_class == name
     assert (e.probes, e.addresses) == ((), {})
     assert e.ids == desc.ids.model_dump(mode="json")
@@ -74,7 +74,7 @@ def test_the_gate_dir_is_the_roles() -> None:
     boot and role admission run it from."""
     pytest.importorskip("ansible")
     gate_dir = resolve("acceptance_gate", "acceptance_gate_dir")
-    assert f"{gate_dir}/lib" == cloud.GATE_LIB
+    assert f"{gate_dir}/lib" == launch.GATE_LIB
     assert resolve("admission", "admission_gate_dir") == gate_dir
 
 

@@ -40,7 +40,7 @@ import bench.failover_lab
 from gpupool.lab import burst_hosts, localaws, slurm_cluster
 from gpupool.lab import hosts as labmod
 from gpupool.onhost import controller_backup
-from gpupool.render import cloud
+from gpupool.render.cloud import names
 from gpupool.render.slurm import state_dir
 from gpupool.spec.facts import controllers
 from gpupool.spec.model import Description, duration_seconds
@@ -206,7 +206,7 @@ def test_a_controller_rebuilt_from_bare_gets_its_queue_accounts_and_usage_back(
     inv = labmod.inventory_path(lab_desc)
     ctl = pool.ctl
     klass, team = next(iter(lab_desc.task_classes)), next(iter(lab_desc.teams))
-    bucket = cloud.bucket_name(lab_desc, lab_desc.backup.tier)
+    bucket = names.bucket_name(lab_desc, lab_desc.backup.tier)
     passed = False
     try:
         with localaws.endpoint(burst_hosts.aws_address(lab_desc)) as url:

@@ -33,7 +33,8 @@ import bench.slurm_lab
 from gpupool.lab import burst_hosts, burst_image, localaws, slurm_cluster
 from gpupool.lab import hosts as lab_mod
 from gpupool.onhost import burst
-from gpupool.render import cloud, flows, slurm
+from gpupool.render import flows, slurm
+from gpupool.render.cloud import launch, names
 from gpupool.spec.facts import controller, rack_places
 from tests.conftest import lab_description
 from tests.integration.conftest import Run, ansible_playbook
@@ -567,7 +568,7 @@ def aws_lab(cluster):
         # The operator's step after `pulumi up`: the controller's key into the secret.
         key = base64.b64decode(cluster.sh("base64 -w0 /etc/munge/munge.key"))
         boto3.client("secretsmanager", region_name=region, endpoint_url=url).create_secret(
-            Name=cloud.munge_secret_name(DESC), SecretBinary=key)
+            Name=names.munge_secret_name(DESC), SecretBinary=key)
         yield AwsLab(ec2, config, url, region, subnets, image, capacity)
 
 
@@ -586,7 +587,7 @@ def _metadata_and_secret(node: str, user: str) -> tuple[str, str]:
     imds_put = ("curl -sf --max-time 5 -X PUT http://169.254.169.254/latest/api/token"
              " -H 'X-aws-ec2-metadata-token-ttl-seconds: 60'")
     secret = (f"aws secretsmanager get-secret-value --region {q(group.region)} --secret-id "
-              f"{q(cloud.munge_secret_name(DESC))} --query SecretBinary --output text "
+              f"{q(names.munge_secret_name(DESC))} --query SecretBinary --output text "
               "--cli-connect-timeout 5 --cli-read-timeout 10")
     run = f"runuser -u {q(user)} -- env HOME=/tmp AWS_METADATA_SERVICE_NUM_ATTEMPTS=1 "
     out = on_host(node, (
@@ -677,9 +678,9 @@ def test_burst_instance_boots_into_the_pool_runs_the_job_and_is_terminated(clust
         "IamInstanceProfileAssociations"]
     group_name = next(iter(aws_lab.config["groups"]))
     assert association["IamInstanceProfile"]["Arn"].endswith(
-        f":instance-profile/{cloud.run_profile_name(DESC, group_name)}"), association
+        f":instance-profile/{names.run_profile_name(DESC, group_name)}"), association
     # The gate's quick tier passed on the host before slurmd started (gpupool/gate/boot.py).
-    report_file = f"{cloud.GATE_REPORTS}/{node}.json"
+    report_file = f"{launch.GATE_REPORTS}/{node}.json"
     report = json.loads(on_host(node, f"cat {report_file}"))
     assert report["verdict"] == "pass", report["failed"]
     # Boot to job running, split where the host's gate starts and ends (the report is
@@ -752,7 +753,7 @@ def test_spot_notice_drains_the_burst_node_and_its_job_resumes_elsewhere(cluster
                  240)
     except lab_mod.LabError as e:
         raise AssertionError(f"{e}\n{_boot_failure(node, cluster)}") from e
-    assert on_host(node, f"systemctl is-active {cloud.SPOT_WATCH_UNIT.format(node)}").strip() \
+    assert on_host(node, f"systemctl is-active {launch.SPOT_WATCH_UNIT.format(node)}").strip() \
         == "active"
     # The notice only once the job step traps SIGTERM: a requeue in the moment between the
     # batch script's start and the step's trap would end the job with no checkpoint.
@@ -831,7 +832,7 @@ def test_a_burst_host_that_fails_its_gate_never_takes_a_job(cluster, aws_lab):
             (r := cluster.sh(f"sinfo -h -n {node} -o '%E'").strip()).startswith(
                 "gpupool gate failed") and r), 180)
         assert reason == "gpupool gate failed: system.sshd_hardened", reason
-        report = json.loads(on_host(node, f"cat {cloud.GATE_REPORTS}/{node}.json"))
+        report = json.loads(on_host(node, f"cat {launch.GATE_REPORTS}/{node}.json"))
         assert report["verdict"] == "fail" and report["failed"] == ["system.sshd_hardened"]
         wait_for("the job back in the queue", lambda: cluster.state(job) == "PENDING", 60)
         assert on_host(node, "systemctl is-active slurmd || true").strip() != "active"

@@ -1,7 +1,7 @@
 """`gpupool validate`: check the description and report every problem at once; for a lab
 description, also every control the lab weakens (warnings: the description is valid), and
 for a production one, what its lock leaves out that an operator would otherwise assume
-(notices: GPU detection without NVML)."""
+(notices: GPU detection without NVML, nodes on a Debian release the lab has not proven)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from rich.markup import escape
 from gpupool.cli.output import EXIT_OK, emit_json, header, named, out
 from gpupool.cli.registry import command
 from gpupool.render.lab_controls import weakened
-from gpupool.spec import gpu_detection
+from gpupool.spec import gpu_detection, os_release
 from gpupool.spec.model import Description
 
 
@@ -20,7 +20,7 @@ from gpupool.spec.model import Description
 def cmd_validate(args: argparse.Namespace, desc: Description) -> int:
     # Loading already validated it: an invalid description never reaches a verb.
     warnings = weakened(desc)
-    notices = [n for n in (gpu_detection.notice(desc),) if n]
+    notices = [n for n in (gpu_detection.notice(desc), os_release.notice(desc)) if n]
     if args.json:
         # Named as an invalid one is (cli.main.report_invalid): stack, description, source.
         emit_json({"valid": True, **named(args), "source": str(desc.source),
