@@ -18,9 +18,9 @@ ROLES = sorted(p.parent.parent for p in (ROOT / "roles").glob("*/meta/main.yml")
 # What is proven, as a role's meta platforms names it. Every lab host is a Debian 12
 # (bookworm) image (gpupool/lab/hosts.py, SUITE) on which `make lab` converges every role
 # and gates every node, and the lab builds and boots the burst image from it (the cloud
-# build names Debian 12's AMI but has never run on AWS). Debian 13 (trixie) only hosts the
-# unit tests on CPython 3.13 (tests/test_newer_python.py): no role converges and no gate
-# runs there. No Ubuntu, RHEL or other host is reachable from this machine, so nothing else
+# build names the burst release's AMI but has never run on AWS). Debian 13 (trixie) only
+# hosts the unit tests on CPython 3.13 (tests/test_newer_python.py): no role converges and
+# no gate runs there. No Ubuntu, RHEL or other host is reachable from this machine, so nothing else
 # is claimed.
 PROVEN = [{"name": "Debian", "versions": ["bookworm"]}]
 # The same release as the gate names it: os-release's ID and VERSION_ID's major.
