@@ -233,6 +233,11 @@ class OsRelease(StrEnum):
     DEBIAN_12 = "debian-12"
     DEBIAN_13 = "debian-13"
 
+    @property
+    def number(self) -> str:
+        """Debian's release number ("12"), as os-release's VERSION_ID and AMI names write it."""
+        return self.value.removeprefix("debian-")
+
 
 class NodeClass(Strict):
     description: str = ""  # Free text for people.

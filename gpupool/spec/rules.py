@@ -1261,7 +1261,7 @@ def release_slurm_suite(desc: Description) -> Iterator[Problem]:
     carried = {s.debian: s for s in gpu_detection.suites()}
     for release in os_release.releases_in_use(desc):
         slurm = os_release.lock(desc, release)["slurm"]
-        own = carried.get(release.value.removeprefix("debian-"))
+        own = carried.get(release.number)
         try:
             upstream = floors.parse(slurm).upstream
         except floors.VersionError:

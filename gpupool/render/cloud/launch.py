@@ -35,8 +35,7 @@ AMI_OWNER = "136693071363"
 def ami_name(desc: Description) -> str:
     """The name pattern of Debian's AMIs of the burst nodes' release: the controllers'
     (gpupool/spec/os_release.py), whose Slurm the image installs."""
-    number = os_release.burst_release(desc).value.removeprefix("debian-")
-    return f"debian-{number}-amd64-*"
+    return f"debian-{os_release.burst_release(desc).number}-amd64-*"
 # The root device Debian's AMIs register (an image built from one keeps it): a launch
 # template's or recipe's mapping on another name adds a second volume instead.
 ROOT_DEVICE = "/dev/xvda"
