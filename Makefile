@@ -62,8 +62,12 @@ bench: bootstrap
 ## gpupool.render.image.ARTIFACT_PATHS); upload it to the key the image's build fetches
 ## (s3://<datasets bucket>/gpupool/burst-image/gpupool-image.tar.gz) before a build.
 burst-image-artifact: bootstrap
+	@# The gate packed for the Python of the burst image's release (the controllers').
 	mkdir -p .cache && $(VENV)/python -m gpupool.gate.bundle \
-	  "$$($(VENV)/python -c 'from gpupool.render import image; print(image.GATE_BUNDLE)')"
+	  "$$($(VENV)/python -c 'from gpupool.render import image; print(image.GATE_BUNDLE)')" \
+	  --python "$$($(VENV)/python -c 'import sys; from pathlib import Path; \
+	  from gpupool.spec import loader, os_release; \
+	  print(os_release.burst_release(loader.load_stack(sys.argv[1], Path.cwd())).python)' '$(STACK)')"
 	git archive --format=tar -o .cache/gpupool-image.tar HEAD \
 	  $$($(VENV)/python -c 'from gpupool.render import image; print(*image.ARTIFACT_PATHS)')
 	tar --append -f .cache/gpupool-image.tar \

@@ -129,15 +129,19 @@ def test_a_project_outside_the_checkout_works_from_the_installed_wheel(
     play = tmp_path / "ping.yml"
     defaults = [str(share / "roles" / r / "defaults" / "main.yml")
                 for r in ("acceptance_gate", "admission")]
+    # The archive is named for the node's Python (the role's vars): here, this one's.
+    defaults.append(str(share / "roles" / "acceptance_gate" / "vars" / "main.yml"))
     play.write_text(json.dumps([{
-        "hosts": "localhost", "gather_facts": False, "vars_files": defaults, "tasks": [
+        "hosts": "localhost", "gather_facts": True, "vars_files": defaults, "tasks": [
             {"ansible.builtin.ping": None},
             {"ansible.builtin.debug": {"msg": "made: {{ acceptance_gate_bundle }}"}}]}]))
     proc = _run([str(BIN / "ansible-playbook"), str(play)], project, installed)
-    assert proc.returncode == 0 and "ok=2" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "ok=3" in proc.stdout, proc.stdout + proc.stderr
     assert "Mitogen is not installed" not in proc.stdout + proc.stderr
     made = re.search(r"made: (\S+?)['\"]", proc.stdout)
-    assert made and made.group(1) == str(project / ".cache" / "gate-bundle.tar.gz"), proc.stdout
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert made and made.group(1) == str(project / ".cache" / f"gate-bundle-py{python}.tar.gz"
+                                         ), proc.stdout
 
 
 def test_the_gate_bundle_packs_from_the_installed_wheel(installed: Path, tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """Pack the acceptance gate for the nodes: gpupool's package and what `gpupool[gate]`
 installs (its base dependencies and the `gate` extra), installed for the nodes' Python
-(Debian 12's CPython 3.11 on x86_64), as one archive that roles/acceptance_gate unpacks on
-GPU nodes and on the burst image. The node then needs no package index: its gate runs as
+(their Debian release's CPython on x86_64: 3.11 on Debian 12, 3.13 on 13), as one archive
+that roles/acceptance_gate unpacks on GPU nodes and on the burst image. The node then
+needs no package index: its gate runs as
 
     PYTHONPATH=<dir>/lib python3 -m gpupool.gate.boot ...
 
@@ -13,9 +14,10 @@ pytest and testinfra (no lock there, so no hashes to check).
 The archive is deterministic (sorted members, fixed times, owners and modes), so the same
 inputs pack the same bytes and the role's unpacking stays idempotent.
 
-Usage: python -m gpupool.gate.bundle OUT.tar.gz   (run by the role on the Ansible
-controller, with Ansible's own Python). Needs uv on PATH (scripts/bootstrap.sh installs
-it; `pip install uv` elsewhere); the package index only where uv's cache lacks a wheel.
+Usage: python -m gpupool.gate.bundle OUT.tar.gz [--python X.Y]   (run by the role on the
+Ansible controller, with Ansible's own Python; X.Y: the nodes' CPython, default 3.11).
+Needs uv on PATH (scripts/bootstrap.sh installs it; `pip install uv` elsewhere); the
+package index only where uv's cache lacks a wheel.
 """
 
 from __future__ import annotations
@@ -37,16 +39,23 @@ from typing import Any
 from packaging.requirements import Requirement  # with Ansible on every controller
 
 from gpupool.paths import CACHES, PROJECT_ROOT, files_under
+from gpupool.spec.model import OsRelease
 
 PACKAGE = Path(__file__).resolve().parent.parent  # gpupool itself, checkout or installed
 LOCK = PROJECT_ROOT / "uv.lock"  # a checkout's; an installed gpupool has none beside it
 EXTRA = "gate"
-PYTHON_VERSION, PLATFORM = "3.11", "x86_64-manylinux_2_28"
-# The markers of the nodes' Python (requirements' environment markers are read for it).
-NODE_MARKERS = {"python_version": PYTHON_VERSION, "python_full_version": f"{PYTHON_VERSION}.2",
-                "sys_platform": "linux", "platform_system": "Linux",
-                "platform_machine": "x86_64", "os_name": "posix",
-                "implementation_name": "cpython", "platform_python_implementation": "CPython"}
+PLATFORM = "x86_64-manylinux_2_28"
+# The nodes' Pythons: one per Debian release a node may run.
+PYTHONS = tuple(sorted({r.python for r in OsRelease}))
+DEFAULT_PYTHON = OsRelease.DEBIAN_12.python
+
+
+def node_markers(python: str) -> dict[str, str]:
+    """The markers of the nodes' Python (requirements' environment markers are read for it)."""
+    return {"python_version": python, "python_full_version": f"{python}.0",
+            "sys_platform": "linux", "platform_system": "Linux",
+            "platform_machine": "x86_64", "os_name": "posix",
+            "implementation_name": "cpython", "platform_python_implementation": "CPython"}
 # Not packed: caches, lock files, and an installed gpupool's share/ (roles, playbooks: the
 # controller's).
 SKIP = (*CACHES, ".lock")
@@ -58,12 +67,12 @@ class BundleError(RuntimeError):
     """The gate could not be packed; the message says why."""
 
 
-def requirements() -> list[str]:
+def requirements(python: str = DEFAULT_PYTHON) -> list[str]:
     """What the archive installs: name==version for `gpupool[gate]` and everything it
     requires on Linux, from uv.lock in a checkout (installed with its hashes: hashed());
     else gpupool's declared requirements (resolved by uv under constraints(), with no
     hashes to check: an installed gpupool has no lock)."""
-    return _locked() if LOCK.is_file() else _declared()
+    return _locked() if LOCK.is_file() else _declared(python)
 
 
 def _locked() -> list[str]:
@@ -103,10 +112,11 @@ def _with_hashes(requirement: str, package: dict[str, Any]) -> str:
     return " ".join([requirement, *(f"--hash={h}" for h in hashes)])
 
 
-def _declared() -> list[str]:
+def _declared(python: str) -> list[str]:
     declared = [Requirement(r) for r in metadata.requires("gpupool") or []]
+    markers = node_markers(python)
     return sorted(str(r).split(";")[0].strip() for r in declared if r.marker is None
-                  or any(r.marker.evaluate({**NODE_MARKERS, "extra": e}) for e in ("", EXTRA)))
+                  or any(r.marker.evaluate({**markers, "extra": e}) for e in ("", EXTRA)))
 
 
 def constraints() -> list[str]:
@@ -126,10 +136,10 @@ def _source() -> list[tuple[Path, str]]:
     return [(p, n) for p, n in _members(PACKAGE) if n.split("/")[1] not in SKIP_TOP]
 
 
-def _inputs_digest(wanted: list[str]) -> str:
+def _inputs_digest(wanted: list[str], python: str) -> str:
     """The requirements (and constraints), the target Python and platform, and gpupool's
     source files."""
-    h = hashlib.sha256("\n".join([*wanted, PYTHON_VERSION, PLATFORM, ""]).encode())
+    h = hashlib.sha256("\n".join([*wanted, python, PLATFORM, ""]).encode())
     for path, name in _source():
         data = path.read_bytes()
         h.update(f"{name}\0{len(data)}\0".encode())
@@ -159,7 +169,8 @@ def pack(lib: Path, out: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def install(wanted: list[str], pinned: list[str], lib: Path) -> None:
+def install(wanted: list[str], pinned: list[str], lib: Path, python: str = DEFAULT_PYTHON
+            ) -> None:
     """uv installs wanted (under the constraints pinned) for the nodes' Python into lib."""
     uv = shutil.which("uv")
     if uv is None:
@@ -171,7 +182,7 @@ def install(wanted: list[str], pinned: list[str], lib: Path) -> None:
     # each wheel it installs, from its cache or the index, and refuses one that differs.
     verify = ["--require-hashes"] if any(" --hash=" in w for w in wanted) else []
     argv = [uv, "pip", "install", "--quiet", "--only-binary", ":all:", "--target", str(lib),
-            "--python-version", PYTHON_VERSION, "--python-platform", PLATFORM, "--no-compile",
+            "--python-version", python, "--python-platform", PLATFORM, "--no-compile",
             *verify, "-r", str(req), *(["-c", str(con)] if pinned else ["--no-deps"])]
     # uv's cache already holds these wheels wherever scripts/bootstrap.sh synced the venv
     # from the same uv.lock: no network then. The index only when it does not.
@@ -185,25 +196,31 @@ def install(wanted: list[str], pinned: list[str], lib: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
+    python = DEFAULT_PYTHON
+    if len(argv) == 3 and argv[1] == "--python":
+        python, argv = argv[2], argv[:1]
+    if len(argv) != 1 or python not in PYTHONS:
         print(__doc__.split("\n\n")[-2], file=sys.stderr)
+        if python not in PYTHONS:
+            print(f"gpupool.gate.bundle: --python must be one of {', '.join(PYTHONS)} (the "
+                  f"nodes' Debian releases), got {python!r}", file=sys.stderr)
         return 2
     out = Path(argv[0]).resolve()
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        wanted, pinned = hashed(requirements()), constraints()
+        wanted, pinned = hashed(requirements(python)), constraints()
         # What the archive is made of, and the archive itself, recorded beside it: the same
         # inputs pack the same bytes, so every play after the first (a re-run, each
         # onboarding) skips the install and the packing (about 4 s) while the archive is
         # still that one.
         stamp = out.with_name(out.name + ".stamp")
-        inputs = _inputs_digest([*wanted, "--", *pinned])
+        inputs = _inputs_digest([*wanted, "--", *pinned], python)
         if out.is_file() and stamp.is_file() and stamp.read_text().split() == [
                 inputs, hashlib.sha256(out.read_bytes()).hexdigest()]:
             return 0
         with tempfile.TemporaryDirectory() as tmp:
             lib = Path(tmp) / "lib"
-            install(wanted, pinned, lib)
+            install(wanted, pinned, lib, python)
             # gpupool itself as source: the gate is this gpupool's, at its commit.
             for path, name in _source():
                 dest = lib / name

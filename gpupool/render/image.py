@@ -29,7 +29,8 @@ PLAYBOOK = "playbooks/burst_image.yml"
 # packs them; an operator uploads the archive to artifact_uri().
 ARTIFACT_PATHS = ("ansible.cfg", "playbooks", "roles", "gpupool/onhost")
 # Packed beside them by `make burst-image-artifact` (gpupool.gate.bundle, not tracked):
-# the acceptance gate the image's boot runs, where roles/acceptance_gate looks for it.
+# the acceptance gate the image's boot runs, for the Python of the image's release (the
+# controllers'), where playbooks/burst_image.yml hands it to roles/acceptance_gate.
 GATE_BUNDLE = ".cache/gate-bundle.tar.gz"
 ARTIFACT_KEY = "gpupool/burst-image/gpupool-image.tar.gz"
 WORK_DIR = "/opt/gpupool-image"

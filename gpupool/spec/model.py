@@ -238,6 +238,16 @@ class OsRelease(StrEnum):
         """Debian's release number ("12"), as os-release's VERSION_ID and AMI names write it."""
         return self.value.removeprefix("debian-")
 
+    @property
+    def codename(self) -> str:
+        """The release's Debian suite ("bookworm"), as apt sources and debootstrap name it."""
+        return {"debian-12": "bookworm", "debian-13": "trixie"}[self.value]
+
+    @property
+    def python(self) -> str:
+        """The release's CPython (major.minor): what the nodes' gate is packed for."""
+        return {"debian-12": "3.11", "debian-13": "3.13"}[self.value]
+
 
 class NodeClass(Strict):
     description: str = ""  # Free text for people.
