@@ -98,20 +98,46 @@ def suite_lab_raw() -> dict[str, Any]:
     return hosts.relocate(raw_stack("lab"), SUITE_POOL, SUITE_ADDRESS_SHIFT)
 
 
-def lab_description_path() -> Path:
-    """The file the integration tests' lab is described by: GPUPOOL_LAB_DESCRIPTION, or the
-    suite's own lab written under .cache/ (rewritten only when the lab stack changed)."""
-    if os.environ.get("GPUPOOL_LAB_DESCRIPTION"):
-        return Path(os.environ["GPUPOOL_LAB_DESCRIPTION"])
-    path = ROOT / ".cache" / "suite-lab" / f"{SUITE_POOL}.yaml"
-    text = ("# Written by tests/conftest.py from pools/lab.yaml: the test suite's own lab.\n"
-            + yaml.safe_dump(suite_lab_raw(), sort_keys=False))
+# The suite's Debian 13 lab: the lab stack's primary controller and one GPU node, their
+# classes on Debian 13 with the stack's Debian 13 lock (software.per_release), 20 higher in
+# the second octet, beside the suite's Debian 12 lab.
+DEBIAN13_POOL = "labtest13"
+DEBIAN13_ADDRESS_SHIFT = 20
+DEBIAN13_NODES = ("lab-ctl", "lab-gpu1")
+
+
+def debian13_lab_raw() -> dict[str, Any]:
+    """The suite's Debian 13 lab's description, derived from the `lab` stack."""
+    raw = hosts.relocate(raw_stack("lab"), DEBIAN13_POOL, DEBIAN13_ADDRESS_SHIFT)
+    for node_class in raw["node_classes"].values():
+        node_class["os"] = "debian-13"
+    raw["nodes"] = {n: raw["nodes"][n] for n in DEBIAN13_NODES}
+    raw.pop("failover")  # its backup controller is not in this lab
+    # One GPU node and the burst group's 8: quotas that fit 12 GPUs of the lab's one model.
+    for team in raw["teams"].values():
+        team["quota"] = {model: 4 for model in team["quota"]}
+    return raw
+
+
+def write_suite_description(pool: str, raw: dict[str, Any]) -> Path:
+    """A suite lab's description under .cache/suite-lab/ (rewritten only when it changed)."""
+    path = ROOT / ".cache" / "suite-lab" / f"{pool}.yaml"
+    text = ("# Written by tests/conftest.py from pools/lab.yaml: a test suite's own lab.\n"
+            + yaml.safe_dump(raw, sort_keys=False))
     if not path.exists() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(text)
         tmp.replace(path)
     return path
+
+
+def lab_description_path() -> Path:
+    """The file the integration tests' lab is described by: GPUPOOL_LAB_DESCRIPTION, or the
+    suite's own lab written under .cache/ (rewritten only when the lab stack changed)."""
+    if os.environ.get("GPUPOOL_LAB_DESCRIPTION"):
+        return Path(os.environ["GPUPOOL_LAB_DESCRIPTION"])
+    return write_suite_description(SUITE_POOL, suite_lab_raw())
 
 
 def lab_description() -> Description:

@@ -125,8 +125,8 @@ def test_the_lab_hands_the_packed_artifacts_digest_to_the_document(
     bundle = tmp_path / "gate-bundle.tar.gz"
     bundle.write_bytes(b"gate")
     monkeypatch.setattr(burst_image, "lab_vars", lambda _d: ADDED)
-    monkeypatch.setattr(burst_image, "gate_bundle", lambda: bundle)
-    monkeypatch.setattr(hosts, "build_image", lambda _r: "base:1")
+    monkeypatch.setattr(burst_image, "gate_bundle", lambda _d: bundle)
+    monkeypatch.setattr(hosts, "build_image", lambda _r, _recipe=None: "base:1")
     monkeypatch.setattr(hosts, "podman", lambda *_a, **_k: subprocess.CompletedProcess(
         _a, 0, "", ""))  # the image exists: build() returns its ref
     rendered: list[str | None] = []

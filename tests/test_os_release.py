@@ -144,15 +144,25 @@ def test_a_release_lock_names_only_lock_components() -> None:
     assert _problems(raw)[0][0].startswith("software.per_release")
 
 
-def test_the_example_pool_runs_debian_13_and_says_it_is_unproven(
+def test_the_example_pool_runs_debian_13_a_proven_release(
         capsys: pytest.CaptureFixture[str]) -> None:
     desc = loader.load_stack("example", ROOT)
     assert os_release.releases_in_use(desc) == [OsRelease.DEBIAN_13]
     assert os_release.burst_release(desc) is OsRelease.DEBIAN_13
+    assert os_release.notice(desc) is None
     assert cli.main(["validate", "--stack", "example"]) == cli.EXIT_OK
-    assert "nodes on debian-13" in capsys.readouterr().out
-    lab = loader.load_stack("lab", ROOT)
-    assert os_release.notice(lab) is None  # the lab is what is proven
+    assert "nodes on debian-13" not in capsys.readouterr().out
+
+
+def test_validate_says_which_releases_are_unproven(capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release the enum knows before the lab proves it (as Debian 13 was) is valid, with
+    a notice that the gate will not admit its nodes yet."""
+    monkeypatch.setattr(os_release, "PROVEN", (OsRelease.DEBIAN_12,))
+    assert os_release.notice(loader.load_stack("lab", ROOT)) is None
+    assert cli.main(["validate", "--stack", "example"]) == cli.EXIT_OK
+    assert "nodes on debian-13: gpupool's roles and acceptance gate are proven on " \
+           "debian-12 only" in " ".join(capsys.readouterr().out.split())
 
 
 def test_hosts_get_their_release_s_lock_through_ansible(tmp_path: Path) -> None:

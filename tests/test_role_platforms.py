@@ -15,20 +15,22 @@ from gpupool.spec import os_release
 ROOT = Path(__file__).resolve().parents[1]
 ROLES = sorted(p.parent.parent for p in (ROOT / "roles").glob("*/meta/main.yml"))
 
-# What is proven, as a role's meta platforms names it. Every lab host is a Debian 12
-# (bookworm) image (gpupool/lab/hosts.py, SUITE) on which `make lab` converges every role
-# and gates every node, and the lab builds and boots the burst image from it (the cloud
-# build names the burst release's AMI but has never run on AWS). Debian 13 (trixie) only
-# hosts the unit tests on CPython 3.13 (tests/test_newer_python.py): no role converges and
-# no gate runs there. No Ubuntu, RHEL or other host is reachable from this machine, so nothing else
-# is claimed.
-PROVEN = [{"name": "Debian", "versions": ["bookworm"]}]
-# The same release as the gate names it: os-release's ID and VERSION_ID's major.
-PROVEN_OS_RELEASE = {("debian", "12")}
+# What is proven, as a role's meta platforms names it. The lab builds its hosts from a
+# Debian 12 (bookworm) or a Debian 13 (trixie) image, per its node classes' `os`
+# (gpupool/lab/hosts.py, base_recipe): `make lab` converges every role and gates every node
+# on Debian 12, and the suite's Debian 13 lab converges, re-runs and gates a controller and
+# a GPU node (tests/integration/test_debian13_lab.py). The lab builds and boots the burst
+# image from the controllers' release (the cloud build names that release's AMI but has
+# never run on AWS). No Ubuntu, RHEL or other host is reachable from this machine, so
+# nothing else is claimed.
+PROVEN = [{"name": "Debian", "versions": ["bookworm", "trixie"]}]
+# The same releases as the gate names them: os-release's ID and VERSION_ID's major.
+PROVEN_OS_RELEASE = {("debian", "12"), ("debian", "13")}
 
 
 def test_the_lab_is_the_proven_release() -> None:
-    assert [{"name": "Debian", "versions": [hosts.SUITE]}] == PROVEN
+    assert [{"name": "Debian", "versions": [
+        hosts.base_recipe(r).suite for r in os_release.PROVEN]}] == PROVEN
 
 
 @pytest.mark.parametrize("role", ROLES, ids=[r.name for r in ROLES])

@@ -72,6 +72,9 @@ class NodeExpect:
     probes: tuple[Probe, ...] = field(default=())
     # The description's fixed ids: {"users": member -> uid, "teams": team -> gid}.
     ids: dict[str, dict[str, int]] = field(default_factory=dict)
+    # The Debian release the node's class declares ("debian-13"); "" where none is known
+    # (a burst node's facts name none: the supported releases alone apply).
+    os: str = ""
 
     @property
     def lab(self) -> bool:
@@ -135,6 +138,7 @@ def node_expect(desc: Description, node: str) -> NodeExpect:
         teams=tuple(desc.teams),
         probes=probes,
         ids=desc.ids.model_dump(mode="json"),
+        os=desc.node_classes[n.class_].os.value,
     )
 
 

@@ -46,6 +46,7 @@ from gpupool.lab import hosts, mirror
 from gpupool.paths import PROJECT_ROOT, files_under
 from gpupool.render import image
 from gpupool.render.cloud import names
+from gpupool.spec import os_release
 from gpupool.spec.model import Description
 
 
@@ -142,11 +143,14 @@ def lab_vars(desc: Description) -> dict[str, str]:
     return hosts.mirror_vars(key.read_text())
 
 
-def gate_bundle() -> Path:
-    """The gate's archive, packed where the lab's own roles pack it (the stamp beside it
-    skips the packing while this checkout's gate is unchanged)."""
-    out = hosts.cache_dir() / "gate-bundle.tar.gz"
-    proc = subprocess.run([sys.executable, "-m", "gpupool.gate.bundle", str(out)],
+def gate_bundle(desc: Description) -> Path:
+    """The gate's archive for the image's release's Python, packed where the lab's own
+    roles pack it (the stamp beside it skips the packing while this checkout's gate is
+    unchanged)."""
+    python = os_release.burst_release(desc).python
+    out = hosts.cache_dir() / f"gate-bundle-py{python}.tar.gz"
+    proc = subprocess.run([sys.executable, "-m", "gpupool.gate.bundle", str(out),
+                           "--python", python],
                           cwd=PROJECT_ROOT, capture_output=True, text=True,
                           timeout=STEP_TIMEOUT_S, check=False)
     if proc.returncode != 0:
@@ -234,8 +238,9 @@ def build(desc: Description, report: hosts.Report = lambda _m: None) -> str:
     packs the artifact and hands its SHA-256 to the document, as an operator pins the
     uploaded archive's in the stack config: the build's VerifyArtifact step checks it."""
     added = lab_vars(desc)
-    base = hosts.build_image(report)
-    files = artifact_files(gate_bundle())
+    # The image builds on the controllers' release, as in the cloud (launch.ami_name).
+    base = hosts.build_image(report, hosts.base_recipe(os_release.burst_release(desc)))
+    files = artifact_files(gate_bundle(desc))
     with tempfile.TemporaryDirectory() as tmp:
         stage = Path(tmp)
         digest = pack_artifact(files, stage / ARTIFACT)

@@ -2,8 +2,10 @@
 
 Everything is derived from the description: one podman network per network segment with the
 segment's CIDR, one host per node named after it, attached to the segments it has
-addresses on with those addresses. The hosts boot a Debian 12 image built with debootstrap
-(no container registry) and cached as a tarball keyed by the hash of its recipe. Ansible
+addresses on with those addresses. The hosts boot an image of the Debian release their
+node classes declare (one release per lab: Slurm 22.05 and 24.11 cannot share a pool),
+built with debootstrap (no container registry) and cached as a tarball keyed by the hash
+of its recipe. Ansible
 reaches the hosts over SSH with a key generated into .lab/<pool>/.
 
 Facts this module relies on are measured in shared/notes/lab-hosts.md (runc not crun,
@@ -35,14 +37,14 @@ from typing import Any, NamedTuple, TypeVar
 from gpupool.lab import mirror
 from gpupool.paths import PROJECT_ROOT
 from gpupool.render import ansible_yaml, inventory
-from gpupool.spec.model import SHARED_FSTYPES, Description
+from gpupool.spec import os_release
+from gpupool.spec.model import SHARED_FSTYPES, Description, OsRelease
 
 Report = Callable[[str], None]
 T = TypeVar("T")
 
 LOCK_PATH = Path("/tmp/gpupool-lab.lock")  # noqa: S108 - shared by every checkout on this machine
 LOCK_WAIT_S = 1800
-SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
 IMAGE_PACKAGES = (
     "systemd", "systemd-sysv", "dbus", "python3", "python3-apt", "openssh-server",
@@ -194,9 +196,26 @@ class Recipe(NamedTuple):
     customize: str
 
 
-def base_recipe() -> Recipe:
-    """The lab hosts' image."""
-    return Recipe("gpupool-base", SUITE, IMAGE_PACKAGES, CUSTOMIZE)
+def base_recipe(release: OsRelease = OsRelease.DEBIAN_12) -> Recipe:
+    """The lab hosts' image for a Debian release (each its own name, so that one release's
+    image never prunes another's: a Debian 12 and a Debian 13 lab can stand side by side)."""
+    return Recipe(f"gpupool-base-{release.codename}", release.codename, IMAGE_PACKAGES,
+                  CUSTOMIZE)
+
+
+def lab_release(desc: Description) -> OsRelease:
+    """The one Debian release a lab's hosts run: its node classes' (`os`)."""
+    releases = os_release.releases_in_use(desc)
+    if len(releases) > 1:
+        raise LabError(f"the lab runs one Debian release, the description declares nodes "
+                       f"on {', '.join(r.value for r in releases)}: give each release a lab "
+                       "of its own")
+    return releases[0] if releases else OsRelease.DEBIAN_12
+
+
+def lab_recipe(desc: Description) -> Recipe:
+    """The image a lab's hosts boot."""
+    return base_recipe(lab_release(desc))
 
 
 def image_hash(recipe: Recipe | None = None) -> str:
@@ -565,9 +584,9 @@ def ssh(desc: Description, node: str, command: str, timeout: float = 60
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def _base_packages(image: str) -> set[str]:
+def _base_packages(image: str, recipe: Recipe) -> set[str]:
     """Packages a bare lab host already has (the mirror need not carry them)."""
-    path = image_tarball().with_suffix(".packages")
+    path = image_tarball(recipe).with_suffix(".packages")
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)  # the image may predate this cache
         proc = podman("run", "--rm", "--network", "none", image, "dpkg-query", "-W",
@@ -578,10 +597,12 @@ def _base_packages(image: str) -> set[str]:
 
 def ensure_mirror(desc: Description, image: str, report: Report) -> str:
     """The lab's signed NVIDIA package mirror (see gpupool/lab/mirror.py); returns its key."""
-    debs = mirror.nvidia_debs(desc, _base_packages(image), report)
+    release = lab_release(desc)
+    debs = mirror.nvidia_debs(desc, release, _base_packages(image, base_recipe(release)),
+                              report)
     fixtures = cache_dir() / "fixture-debs"
     fixtures.mkdir(parents=True, exist_ok=True)
-    debs += mirror.fixture_debs(desc, fixtures)
+    debs += mirror.fixture_debs(desc, release, fixtures)
     try:
         return mirror.build(desc, mirror_dir(desc), debs, lab_dir(desc) / "gnupg")
     except mirror.MirrorError as exc:
@@ -632,7 +653,7 @@ def up(desc: Description, report: Report = lambda _m: None, nodes: list[str] | N
     t: dict[str, float] = {}
     start = time.monotonic()
     ensure_key(desc)
-    image = build_image(report)
+    image = build_image(report, lab_recipe(desc))
     t["image_s"] = time.monotonic() - start
     report(f"image {image} ready ({t['image_s']:.1f}s)")
     key = ensure_mirror(desc, image, report)
@@ -681,7 +702,7 @@ def status(desc: Description) -> LabState:
         if podman("network", "exists", name, check=False).returncode == 0:
             nets[name] = seg.cidr
     inv = inventory_path(desc)
-    return LabState(desc.pool.name, image_ref(), nets, hosts,
+    return LabState(desc.pool.name, image_ref(lab_recipe(desc)), nets, hosts,
                     str(inv) if inv.exists() else "", str(key_path(desc)))
 
 

@@ -24,13 +24,18 @@ from urllib.parse import unquote
 import yaml
 
 from gpupool.paths import PROJECT_ROOT
-from gpupool.spec.model import Description
+from gpupool.spec import os_release
+from gpupool.spec.model import Description, OsRelease
 
-DEBIAN_SOURCES = """\
-deb http://deb.debian.org/debian bookworm main contrib non-free non-free-firmware
-deb http://deb.debian.org/debian bookworm-updates main contrib non-free non-free-firmware
-deb http://deb.debian.org/debian-security bookworm-security main contrib non-free
-"""
+
+def debian_sources(release: OsRelease) -> str:
+    """apt's sources for a release's suites, non-free included (the driver's packages)."""
+    c = release.codename
+    return (f"deb http://deb.debian.org/debian {c} main contrib non-free non-free-firmware\n"
+            f"deb http://deb.debian.org/debian {c}-updates main contrib non-free "
+            "non-free-firmware\n"
+            f"deb http://deb.debian.org/debian-security {c}-security main contrib non-free\n")
+
 KEY_NAME = "gpupool-lab-mirror.asc"
 FIXTURE_MARK = "FIXTURE built by gpupool for the lab: not NVIDIA software; no GPU behaviour"
 LUSTRE_FIXTURE_MARK = "FIXTURE built by gpupool for the lab: not Lustre; mounts nothing"
@@ -58,13 +63,14 @@ def driver_packages() -> list[str]:
 
 
 class PrivateApt:
-    """apt-get/apt-cache against Debian with non-free enabled, in a directory of its own."""
+    """apt-get/apt-cache against a Debian release with non-free enabled, in a directory of
+    its own."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, release: OsRelease) -> None:
         self.root = root
         (root / "lists" / "partial").mkdir(parents=True, exist_ok=True)
         (root / "cache" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
-        (root / "sources.list").write_text(DEBIAN_SOURCES)
+        (root / "sources.list").write_text(debian_sources(release))
         self.opts = [f"-o=Dir::Etc::SourceList={root}/sources.list",
                      "-o=Dir::Etc::SourceParts=/dev/null",
                      f"-o=Dir::State::Lists={root}/lists", f"-o=Dir::Cache={root}/cache",
@@ -113,19 +119,20 @@ def driver_versions(mirror_root: Path) -> list[str]:
                    for d in (mirror_root / "pool").glob("nvidia-smi_*.deb")})
 
 
-def nvidia_debs(desc: Description, base_packages: set[str], report: Callable[[str], None]
-                ) -> list[Path]:
+def nvidia_debs(desc: Description, release: OsRelease, base_packages: set[str],
+                report: Callable[[str], None]) -> list[Path]:
     """The driver packages and the dependencies a bare lab host lacks, cached by version:
     the locked build, and every other build of them that Debian's suites serve, so that an
     upgrade and a rollback between two real driver versions can be run in the lab (the
     locked one stays the only candidate: the role pins it)."""
     wanted = driver_packages()
+    driver = os_release.versions(desc, release)["nvidia_driver"]
     key = hashlib.sha256(repr((wanted, sorted(base_packages), "other-builds")).encode()
                          ).hexdigest()[:12]
-    cache = PROJECT_ROOT / ".cache" / "nvidia-debs" / f"{desc.software.nvidia_driver}-{key}"
+    cache = PROJECT_ROOT / ".cache" / "nvidia-debs" / f"{release.codename}-{driver}-{key}"
     if not (cache / ".complete").exists():
-        report(f"downloading NVIDIA {desc.software.nvidia_driver} packages from Debian non-free")
-        apt = PrivateApt(PROJECT_ROOT / ".cache" / "apt-nonfree")
+        report(f"downloading NVIDIA {driver} packages from Debian {release.codename} non-free")
+        apt = PrivateApt(PROJECT_ROOT / ".cache" / f"apt-nonfree-{release.codename}", release)
         apt.update()
         needed = [p for p in apt.closure(wanted) if p not in base_packages]
         tmp = cache.with_name(cache.name + ".partial")
@@ -133,10 +140,11 @@ def nvidia_debs(desc: Description, base_packages: set[str], report: Callable[[st
         tmp.mkdir(parents=True)
         apt.download(needed, tmp)
         smi = list(tmp.glob("nvidia-smi_*.deb"))
-        if not smi or not smi[0].name.startswith(f"nvidia-smi_{desc.software.nvidia_driver}-"):
-            raise MirrorError(f"Debian non-free serves {[p.name for p in smi]}, the software "
-                              f"lock says nvidia_driver {desc.software.nvidia_driver}")
-        others = other_builds(apt.versions(needed), desc.software.nvidia_driver)
+        if not smi or not smi[0].name.startswith(f"nvidia-smi_{driver}-"):
+            raise MirrorError(f"Debian {release.codename} non-free serves "
+                              f"{[p.name for p in smi]}, the software lock says "
+                              f"nvidia_driver {driver}")
+        others = other_builds(apt.versions(needed), driver)
         if others:
             apt.download(others, tmp)
         (tmp / ".complete").write_text("\n".join(needed) + "\n")
@@ -150,14 +158,17 @@ def nvidia_debs(desc: Description, base_packages: set[str], report: Callable[[st
 FIXTURE_DCGM_EXPORTER = Path(__file__).with_name("fixture_dcgm_exporter.py")
 
 
-def _fixture_files(desc: Description) -> dict[str, tuple[str, dict[str, str]]]:
-    """name -> (Debian version, {path: content}) of each fixture package."""
+def _fixture_files(desc: Description, release: OsRelease | None = None
+                   ) -> dict[str, tuple[str, dict[str, str]]]:
+    """name -> (Debian version, {path: content}) of each fixture package, at the versions
+    of the release's lock (release None: the pool's)."""
+    sw = os_release.lock(desc, release)
     banner = f"#!/bin/sh\n# {FIXTURE_MARK}\n"
     return {
-        "nvidia-container-toolkit": (f"{desc.software.container_toolkit}-1", {
+        "nvidia-container-toolkit": (f"{sw['container_toolkit']}-1", {
             "usr/bin/nvidia-ctk": banner + 'echo "nvidia-ctk fixture: $*" >&2\nexit 1\n',
         }),
-        "datacenter-gpu-manager": (f"1:{desc.software.dcgm}", {
+        "datacenter-gpu-manager": (f"1:{sw['dcgm']}", {
             # A long-running process so that the service unit and its supervision are
             # exercised; it serves nothing.
             "usr/bin/nv-hostengine": banner + 'echo "nv-hostengine fixture" >&2\n'
@@ -168,7 +179,7 @@ def _fixture_files(desc: Description) -> dict[str, tuple[str, dict[str, str]]]:
                 "[Service]\nExecStart=/usr/bin/nv-hostengine -n\nRestart=on-failure\n"
                 "[Install]\nWantedBy=multi-user.target\n",
         }),
-        "datacenter-gpu-manager-exporter": (f"{desc.software.dcgm_exporter}-1", {
+        "datacenter-gpu-manager-exporter": (f"{sw['dcgm_exporter']}-1", {
             "usr/bin/dcgm-exporter":
                 FIXTURE_DCGM_EXPORTER.read_text().replace("@FIXTURE_MARK@", FIXTURE_MARK),
             # As the real package ships one (the dcgm role masks it and runs its own).
@@ -208,9 +219,9 @@ def _deb(dest: Path, name: str, version: str, files: dict[str, str], mark: str) 
     return deb
 
 
-def fixture_debs(desc: Description, dest: Path) -> list[Path]:
+def fixture_debs(desc: Description, release: OsRelease, dest: Path) -> list[Path]:
     return [_deb(dest, name, version, files, FIXTURE_MARK)
-            for name, (version, files) in _fixture_files(desc).items()]
+            for name, (version, files) in _fixture_files(desc, release).items()]
 
 
 def lustre_fixture_debs(dest: Path, version: str) -> list[Path]:

@@ -127,7 +127,7 @@ def controller_releases(desc: Description) -> list[OsRelease]:
 
 # The releases gpupool's roles are converged, re-run and gated on in its lab; the gate's
 # OS check admits these alone (tests/test_role_platforms.py ties the two together).
-PROVEN = (OsRelease.DEBIAN_12,)
+PROVEN = (OsRelease.DEBIAN_12, OsRelease.DEBIAN_13)
 
 
 def notice(desc: Description) -> str | None:

@@ -1,0 +1,98 @@
+"""The Debian 13 lane: the roles converge, re-run without a change and gate on Debian 13
+(trixie) hosts, and Slurm 24.11 from trixie's archive runs a GPU job.
+
+The suite's Debian 13 lab (tests/conftest.py, debian13_lab_raw) is the lab stack's primary
+controller and one GPU node with their classes on `os: debian-13`, brought up beside the
+suite's Debian 12 lab from its own debootstrapped trixie image and its own mirror of
+trixie's NVIDIA 550 userspace (gpupool/lab/hosts.py, mirror.py). Its figures go to
+bench/results/debian13_lab.json (bench/debian13_lab.py). The Debian 12 lab carries the
+rest of the suite's proofs (drills, failover, monitoring, the replay).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import bench
+import bench.debian13_lab
+from gpupool.gate import runner as gate_runner
+from gpupool.lab import hosts as labmod
+from gpupool.spec import loader, os_release
+from gpupool.spec.model import Description, OsRelease
+from tests.conftest import DEBIAN13_POOL, debian13_lab_raw, write_suite_description
+from tests.integration.conftest import PROFILE_ROLES, ansible_playbook
+
+pytestmark = pytest.mark.integration
+
+CONTROLLER, GPU_NODE = "lab-ctl", "lab-gpu1"
+
+
+@pytest.fixture(scope="module")
+def lab13(lab_lock: None) -> Iterator[tuple[Path, Description, float]]:
+    """Fresh Debian 13 hosts for this module: their description's file, the description
+    and the seconds they took to come up."""
+    path = write_suite_description(DEBIAN13_POOL, debian13_lab_raw())
+    desc = loader.load_file(path)
+    assert labmod.lab_release(desc) is OsRelease.DEBIAN_13
+    labmod.down(desc)
+    start = time.monotonic()
+    state = labmod.up(desc)
+    assert state.ready, state
+    try:
+        yield path, desc, round(time.monotonic() - start, 1)
+    finally:
+        labmod.down(desc)
+
+
+def _on(desc: Description, node: str, command: str) -> str:
+    proc = labmod.ssh(desc, node, command, timeout=120)
+    assert proc.returncode == 0, f"{node}: {command}: {proc.stderr or proc.stdout}"
+    return proc.stdout.strip()
+
+
+def test_debian13_converges_idempotently_gates_and_runs_a_gpu_job(
+        lab13: tuple[Path, Description, float], tmp_path: Path) -> None:
+    path, desc, up_s = lab13
+    inv = labmod.inventory_path(desc)
+    first = ansible_playbook(inv, "playbooks/site.yml", env=PROFILE_ROLES)
+    assert first.rc == 0, first.output[-6000:]
+    second = ansible_playbook(inv, "playbooks/site.yml")
+    assert second.rc == 0, second.output[-6000:]
+    assert second.total("changed") == 0, second.output[-6000:]
+
+    # The hosts run what the Debian 13 lock names, from trixie's archive.
+    lock = os_release.versions(desc, OsRelease.DEBIAN_13)
+    debian = _on(desc, GPU_NODE, "cat /etc/debian_version")
+    assert debian.startswith("13.")
+    slurm = _on(desc, CONTROLLER, "sinfo --version").split()[-1]
+    assert slurm.startswith(lock["slurm"]), slurm
+    smi = _on(desc, GPU_NODE, "dpkg-query -W -f='${Version}' nvidia-smi")
+    assert smi.startswith(lock["nvidia_driver"] + "-"), smi
+    python = _on(desc, GPU_NODE, "python3 -c 'import sys; print(sys.version.split()[0])'")
+    assert python.startswith(OsRelease.DEBIAN_13.python + ".")
+
+    # Every node passes the standard gate, its OS check included (debian 13 declared).
+    start = time.monotonic()
+    reports = gate_runner.gate(path, [
+        gate_runner.ansible_target(n, inv) for n in desc.nodes], "standard", tmp_path)
+    gate_s = round(time.monotonic() - start, 1)
+    failed = {r["node"]: r.get("failed") or r.get("error") for r in reports
+              if r["verdict"] != "pass"}
+    assert not failed, failed
+
+    # A job asking one fixture GPU runs through Slurm 24.11 and is handed one.
+    start = time.monotonic()
+    out = _on(desc, CONTROLLER, "su - alice -c \"srun -p interactive --gres=gpu:1 -t 5 "
+                                "-w lab-gpu1 printenv CUDA_VISIBLE_DEVICES\"")
+    job_s = round(time.monotonic() - start, 1)
+    assert out == "0", out
+
+    bench.write("debian13_lab", {
+        "hosts": len(desc.nodes), "up_s": up_s, "converge_s": first.seconds,
+        "idempotence_s": second.seconds, "gate_s": gate_s, "job_s": job_s,
+        "debian_version": debian, "slurm_version": slurm, "python_version": python},
+        f"pytest -m integration {bench.debian13_lab.TEST}")
