@@ -1,18 +1,24 @@
 """The package's layers hold: each module imports only from its own layer or the layers
-below it, and only the third-party modules its layer needs; programs copied to hosts import
-nothing of gpupool and only what their role installs from Debian; no import cycle exists
-among gpupool's, infra's and policies' modules (deferred imports included).
+below it, and only the third-party modules its layer needs; programs copied to hosts (a
+role's, gpupool/onhost's, the lab's fixtures, Python inside a role's shell template) import
+nothing of gpupool and only what their host installs from Debian; docs/architecture.md's
+layer table says what ALLOWED says; no import cycle exists among the scanned modules
+(deferred imports included).
 
 Every import counts: `import a.b`, `from a import b`, relative imports (resolved to the
 absolute name), deferred ones inside functions, and `importlib.import_module` / `__import__`
-called with a string literal (an f-string's literal prefix counts as importing that package:
-`import_module(f"gpupool.cli.commands.{verb}")` imports gpupool.cli.commands). A dynamic
-import with no literal prefix must be listed in DYNAMIC with what it loads."""
+called with a string literal, positional or `name=` (an f-string's literal prefix counts as
+importing that package: `import_module(f"gpupool.cli.commands.{verb}")` imports
+gpupool.cli.commands; `import_module(".x", __package__)` is resolved like `from . import x`).
+A dynamic import with no literal prefix must be listed in DYNAMIC with what it loads.
+Every tracked Python file but the tests and the vendored data is scanned
+(test_every_python_file_is_scanned)."""
 
 from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,11 +30,16 @@ from gpupool.cli.registry import EXTRAS
 from tests.conftest import ROOT
 
 PKG = ROOT / "gpupool"
-# The folders scanned, besides the role files (roles/*/files/*.py).
-FOLDERS = ("gpupool", "infra", "policies", "bench", "inventory_plugins", "strategy_plugins")
+# The folders scanned, besides every Python program under roles/ (_sources). scripts/ holds
+# no Python today; one added there is scanned and fails until its layer is in ALLOWED.
+FOLDERS = ("gpupool", "infra", "policies", "bench", "inventory_plugins", "strategy_plugins",
+           "scripts")
 # Top-level names that are ours: an import of one is checked against ALLOWED, never taken
 # for a third-party module.
 OURS = {*FOLDERS, "tests", "roles"}
+# Tracked Python that no layer holds: the tests import whatever they test, and the vendored
+# data is third-party's.
+UNSCANNED = ("tests/", "gpupool/data/")
 # Layer -> the layers (and top-level folders) it may import. Lowest layer first.
 # `paths` (gpupool/paths.py) is the leaf under spec: stdlib only, it says where the
 # checkout, the shipped Ansible content and the vendored data are, so every layer that
@@ -37,6 +48,9 @@ OURS = {*FOLDERS, "tests", "roles"}
 # workload need no file of gpupool's and do not. docs/architecture.md's table has it as
 # its first (lowest) row; test_the_documented_table_matches_allowed compares the rest.
 ALLOWED: dict[str, set[str]] = {
+    # gpupool/__init__.py runs before any module of the package, in every layer and on the
+    # hosts that run the gate: it imports nothing of gpupool.
+    "gpupool": set(),
     "paths": set(),
     "onhost": set(),
     "spec": {"paths"},
@@ -50,6 +64,7 @@ ALLOWED: dict[str, set[str]] = {
     "exercise": {"paths", "spec", "render", "workload", "preview", "gate", "lab", "onhost"},
     "cli": {"paths", "spec", "render", "workload", "preview", "gate", "lab", "exercise",
             "onhost", "policies"},
+    # `python -m gpupool` (gpupool/__main__.py): the CLI's entry point, no row of the table.
     "__main__": {"cli"},
     "infra": {"paths", "spec", "render"},
     "policies": {"paths", "spec", "render", "preview"},
@@ -60,9 +75,11 @@ ALLOWED: dict[str, set[str]] = {
     "strategy_plugins": set(),
     # Programs a role copies to hosts (roles/*/files/*.py) run under the node's python3.
     "roles": set(),
-    # Benchmarks drive everything (and the integration tests' helpers); nothing imports them.
+    # Benchmarks drive everything (the CLI's start-up included, and the integration tests'
+    # helpers); nothing imports them. Not gpupool/__main__.py: importing it runs the CLI
+    # and exits.
     "bench": {"paths", "onhost", "spec", "render", "workload", "preview", "gate", "lab",
-              "exercise", "cli", "__main__", "infra", "policies", "tests"},
+              "exercise", "cli", "infra", "policies", "tests"},
 }
 
 # Layer -> the third-party top-level modules it may import (stdlib is always allowed).
@@ -70,6 +87,7 @@ ALLOWED: dict[str, set[str]] = {
 # an extra (gpupool/cli/registry.py's EXTRAS) or be in OUTSIDE_EXTRAS, so a verb whose
 # extra is missing can say which to install.
 THIRD_PARTY: dict[str, set[str]] = {
+    "gpupool": set(),  # runs first in every layer, the gate's nodes included
     "paths": set(),  # stdlib only: everything imports it, the lightest verbs included
     "__main__": set(),
     # The description's model and its YAML: the base install (validate, show, inventory).
@@ -98,7 +116,11 @@ THIRD_PARTY: dict[str, set[str]] = {
     # Ansible plugins: Ansible's own API; the strategy plugin wraps Mitogen's.
     "inventory_plugins": {"ansible"},
     "strategy_plugins": {"ansible", "ansible_mitogen"},
-    # onhost and roles: per program, in ON_HOST below. bench: anything (not checked).
+    # Benchmarks run in the development environment (`make bootstrap`: all extras and the
+    # dev group); bench/exporter.py measures the scheduler exporter's prometheus_client
+    # rendering.
+    "bench": {"yaml", "prometheus_client"},
+    # onhost and roles: per program, in ON_HOST below.
 }
 # The base install (pyproject.toml's dependencies: pydantic with its pydantic_core,
 # PyYAML, rich).
@@ -109,6 +131,7 @@ OUTSIDE_EXTRAS = {
     "boto3": "the dev group's: only the lab and its drills (local AWS) import it, deferred",
     "moto": "the dev group's: the lab's local AWS endpoint, imported deferred",
     "ansible_mitogen": "the lab extra's mitogen; only Ansible loads the strategy plugin",
+    "prometheus_client": "the dev group's, for the benchmarks; on hosts Debian's (ON_HOST)",
 }
 
 # Programs that run on hosts under the node's Debian python3, with only the Debian
@@ -137,6 +160,12 @@ ON_HOST: dict[str, tuple[str | None, str | None, set[str], set[str]]] = {
     # The drills copy the reference job to the lab's shared folder; standard library only.
     "gpupool/onhost/reference_train": (None, None, set(), set()),
     "gpupool/onhost/__init__": (None, None, set(), set()),
+    # The lab's fixtures, programs with a shebang run by the lab hosts' python3, where there
+    # is no gpupool: the lab mirror packs this one as /usr/bin/dcgm-exporter
+    # (gpupool/lab/mirror.py), the burst image installs the metadata service
+    # (gpupool/lab/burst_image.py). Standard library only.
+    "gpupool/lab/fixture_dcgm_exporter": (None, None, set(), set()),
+    "gpupool/lab/fixture_imds": (None, None, set(), set()),
     "roles/slurm/files/gpupool_sacct_apply": ("slurm", None, set(), set()),
 }
 # Debian's package for each module an on-host program may import (python3-boto3 depends
@@ -151,10 +180,15 @@ DYNAMIC = {
     "infra/sdk.py": "pulumi_aws.*, pulumi_kubernetes.* (sdk.MODULES)",
 }
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+# Python a role's shell script or template feeds to the host's python3 on its standard
+# input (`python3 - ARGS <<'PY'` ... `PY`): checked like an on-host program.
+HEREDOC = re.compile(r"python3?\b[^\n]*<<-?\s*['\"]?(\w+)['\"]?\n(.*?)\n\s*\1\n", re.S)
+# Where such Python may hide: what Ansible copies or templates onto hosts.
+HOST_TEXT = ("roles/", "playbooks/")
 
 
-def _module(path: Path) -> str:
-    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+def _module(path: Path, root: Path = ROOT) -> str:
+    return ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
 
 
 def _layer(module: str) -> str:
@@ -166,18 +200,36 @@ def _top(name: str) -> str:
     return name.partition(".")[0]
 
 
-def _sources() -> list[Path]:
-    return sorted([*(p for d in FOLDERS for p in (ROOT / d).rglob("*.py")
-                     if "data" not in p.relative_to(ROOT).parts),
-                   *ROOT.glob("roles/*/files/*.py")])
+def _shebang(path: Path) -> bool:
+    """The file's first line runs python: a program executed as it is."""
+    with path.open("rb") as f:
+        return re.match(rb"#!.*python", f.readline()) is not None
 
 
-def _on_host(path: Path) -> bool:
-    rel = path.relative_to(ROOT).parts
-    return rel[:2] == ("gpupool", "onhost") or rel[0] == "roles"
+def _is_python(path: Path) -> bool:
+    """A Python source: a .py file, or a file with no suffix that runs python (an Ansible
+    module in roles/*/library, an executable in roles/*/files)."""
+    return path.suffix == ".py" or (not path.suffix and _shebang(path))
 
 
-def _literal_prefix(arg: ast.expr) -> str | None:
+def _sources(root: Path = ROOT) -> list[Path]:
+    found = [*(p for d in FOLDERS for p in (root / d).rglob("*.py")),
+             *(p for p in (root / "roles").rglob("*") if p.is_file() and _is_python(p))]
+    return sorted(p for p in found if not str(p.relative_to(root)).startswith(UNSCANNED))
+
+
+SOURCES = _sources()
+MODULES = {_module(p) for p in SOURCES}
+
+
+def _runs_on_hosts(path: Path, root: Path = ROOT) -> bool:
+    """Copied to a host and run by its python3, where there is no gpupool: gpupool/onhost,
+    roles/, and any program with a python shebang (the lab's fixtures)."""
+    rel = path.relative_to(root).parts
+    return rel[:2] == ("gpupool", "onhost") or rel[0] == "roles" or _shebang(path)
+
+
+def _literal_prefix(arg: ast.expr | None) -> str | None:
     """The module a string argument names: a literal, or an f-string's literal prefix up
     to its last dot (the package it imports from)."""
     if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
@@ -189,45 +241,61 @@ def _literal_prefix(arg: ast.expr) -> str | None:
 
 
 def _dynamic(node: ast.AST) -> ast.Call | None:
-    if not isinstance(node, ast.Call) or not node.args:
+    """node, if it calls import_module or __import__ (however reached: importlib's, a
+    from-import's)."""
+    if not isinstance(node, ast.Call):
         return None
     f = node.func
     name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
     return node if name in ("import_module", "__import__") else None
 
 
-def _imports(path: Path, top_level_only: bool, modules: set[str]) -> Iterator[str]:
+def _argument(call: ast.Call, position: int, keyword: str) -> ast.expr | None:
+    """A call's argument, given positionally or by keyword (`import_module(name=...)`)."""
+    if len(call.args) > position:
+        return call.args[position]
+    return next((k.value for k in call.keywords if k.arg == keyword), None)
+
+
+def _absolute(package: str, level: int, name: str, module: str) -> str:
+    """A relative import's absolute name: level dots up from package (`from ..render import
+    x` in gpupool.gate.y, or `import_module("..render", __package__)`: gpupool.render)."""
+    parts = package.split(".")
+    assert level <= len(parts), f"{module}: relative import above the root"
+    anchor = ".".join(parts[:len(parts) - level + 1])
+    return f"{anchor}.{name}" if name else anchor
+
+
+def _imports(path: Path, modules: set[str], root: Path = ROOT) -> Iterator[str]:
     """The absolute names of the modules path imports."""
-    yield from (name for name, _ in _imports_at(path, top_level_only, modules))
+    tree = ast.parse(path.read_text())
+    yield from (name for name, _ in _resolved(tree, _module(path, root),
+                                              path.name == "__init__.py", modules))
 
 
-def _imports_at(path: Path, top_level_only: bool,
-                modules: set[str]) -> Iterator[tuple[str, ast.AST]]:
-    return _resolved(ast.parse(path.read_text()), _module(path), path.name == "__init__.py",
-                     top_level_only, modules)
-
-
-def _resolved(tree: ast.Module, module: str, is_package: bool, top_level_only: bool,
+def _resolved(tree: ast.Module, module: str, is_package: bool,
               modules: set[str]) -> Iterator[tuple[str, ast.AST]]:
-    """(absolute name, node) for each import in module's tree."""
+    """(absolute name, node) for each import in module's tree, deferred ones included."""
     package = module if is_package else module.rpartition(".")[0]
-    nodes = tree.body if top_level_only else list(ast.walk(tree))
-    for node in nodes:
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             yield from ((a.name, node) for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
-            if node.level:  # `from ..render import x` in gpupool.gate.y: gpupool.render
-                parts = package.split(".")
-                assert node.level <= len(parts), f"{module}: relative import above the root"
-                anchor = ".".join(parts[:len(parts) - node.level + 1])
-                base = f"{anchor}.{base}" if base else anchor
+            if node.level:
+                base = _absolute(package, node.level, base, module)
             # `from gpupool.render import slurm` imports the module gpupool.render.slurm;
             # `from gpupool.spec.model import X` imports gpupool.spec.model.
             subs = [f"{base}.{a.name}" for a in node.names]
             yield from ((s, node) for s in ([s for s in subs if s in modules] or [base]))
         elif (call := _dynamic(node)) is not None:
-            name = _literal_prefix(call.args[0])
+            name = _literal_prefix(_argument(call, 0, "name"))
+            if name is not None and name.startswith("."):
+                # import_module's relative name is resolved against its package argument:
+                # a literal, or else the module's own (`__package__`, what code passes).
+                anchor = _literal_prefix(_argument(call, 1, "package")) or package
+                stripped = name.lstrip(".")
+                name = _absolute(anchor, len(name) - len(stripped), stripped, module)
             if name is not None:
                 yield name, node
 
@@ -235,29 +303,27 @@ def _resolved(tree: ast.Module, module: str, is_package: bool, top_level_only: b
 # --- gpupool's layers -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", _sources(), ids=lambda p: str(p.relative_to(ROOT)))
+def _layer_violations(path: Path, modules: set[str], root: Path = ROOT) -> list[str]:
+    """The modules path imports from a layer its own may not import (ALLOWED)."""
+    layer = _layer(_module(path, root))
+    if layer not in ALLOWED:
+        return [f"{_module(path, root)}: its folder is not a known layer; add it to ALLOWED"]
+    return sorted({name for name in _imports(path, modules, root)
+                   if _top(name) in OURS and name != "gpupool"
+                   and _layer(name) != layer and _layer(name) not in ALLOWED[layer]})
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_module_imports_only_its_layer_and_below(path: Path) -> None:
-    module = _module(path)
-    layer = _layer(module)
-    if module == "gpupool":
-        return
-    assert layer in ALLOWED, f"{module}: its folder is not a known layer; add it to ALLOWED"
-    modules = {_module(p) for p in _sources()}
-    bad = set()
-    for name in _imports(path, top_level_only=False, modules=modules):
-        if _top(name) not in OURS or name == "gpupool":
-            continue
-        target = _layer(name)
-        if target != layer and target not in ALLOWED[layer]:
-            bad.add(name)
-    assert not bad, f"{module} ({layer}) imports {sorted(bad)} from a layer it may not"
+    bad = _layer_violations(path, MODULES)
+    assert bad == [], f"{_module(path)} imports {bad} from a layer it may not"
 
 
-def test_nothing_imports_the_benchmarks_or_the_tests() -> None:
-    allowed = {"bench": {"bench"}, "tests": {"bench"}}
-    bad = [(_module(p), n) for p in _sources() for n in _imports(p, False, set())
-           if _top(n) in allowed and _top(_module(p)) not in allowed[_top(n)]]
-    assert bad == []
+def test_every_layer_has_modules() -> None:
+    """ALLOWED names the layers there are (a layer gone leaves no stale row), and nothing
+    imports the benchmarks or the tests (no layer lists them but the benchmarks)."""
+    assert set(ALLOWED) == {_layer(m) for m in MODULES}
+    assert [k for k, v in ALLOWED.items() if v & {"bench", "tests"} and k != "bench"] == []
 
 
 def test_relative_and_dynamic_imports_are_resolved() -> None:
@@ -266,91 +332,176 @@ def test_relative_and_dynamic_imports_are_resolved() -> None:
            "from ..spec.model import X\nimport importlib\n"
            "def f(v):\n    importlib.import_module('gpupool.lab.hosts')\n"
            "    importlib.import_module(f'gpupool.cli.commands.{v}')\n"
+           "    importlib.import_module(name='gpupool.exercise')\n"
+           "    importlib.import_module('..workload', __package__)\n"
+           "    importlib.import_module('.x', package='gpupool.preview')\n"
            "    __import__('pulumi_aws')\n")
     modules = {"gpupool.gate.sibling", "gpupool.render", "gpupool.render.slurm",
                "gpupool.spec.model"}
-    found = [n for n, _ in _resolved(ast.parse(src), "gpupool.gate.probe", False, False,
-                                     modules)]
+    found = [n for n, _ in _resolved(ast.parse(src), "gpupool.gate.probe", False, modules)]
     in_init = [n for n, _ in _resolved(ast.parse("from . import x\nfrom .. import y\n"),
-                                       "gpupool.gate", True, False, set())]
+                                       "gpupool.gate", True, set())]
     assert in_init == ["gpupool.gate", "gpupool"]
     assert sorted(found) == sorted([
         "gpupool.gate.sibling", "gpupool.render", "gpupool.render.slurm",
         "gpupool.spec.model", "importlib", "gpupool.lab.hosts", "gpupool.cli.commands",
-        "pulumi_aws"])
+        "gpupool.exercise", "gpupool.workload", "gpupool.preview.x", "pulumi_aws"])
+
+
+def _unnamed_dynamic(sources: list[Path], root: Path = ROOT) -> list[str]:
+    """The files with an import_module or __import__ whose argument has no literal prefix."""
+    return sorted({str(p.relative_to(root)) for p in sources
+                   for n in ast.walk(ast.parse(p.read_text()))
+                   if (c := _dynamic(n)) is not None
+                   and _literal_prefix(_argument(c, 0, "name")) is None})
 
 
 def test_every_dynamic_import_names_what_it_loads() -> None:
-    """An import_module or __import__ whose argument has no literal prefix escapes the
-    checks above; each must be listed in DYNAMIC with what it loads."""
-    unnamed = sorted({str(p.relative_to(ROOT)) for p in _sources()
-                      for n in ast.walk(ast.parse(p.read_text()))
-                      if (c := _dynamic(n)) is not None and _literal_prefix(c.args[0]) is None})
-    assert unnamed == sorted(DYNAMIC)
+    """A dynamic import with no literal prefix escapes the checks above; each must be
+    listed in DYNAMIC with what it loads."""
+    assert _unnamed_dynamic(SOURCES) == sorted(DYNAMIC)
 
 
-def test_the_documented_table_matches_allowed() -> None:
-    """docs/architecture.md's layer table says what ALLOWED says (paths aside: its own
-    first row, and ALLOWED's comment says who imports it)."""
-    text = (ROOT / "docs" / "architecture.md").read_text()
-    table = text.split("## The package's layers", 1)[1]
+def _unscanned(tracked: list[str], root: Path = ROOT) -> list[str]:
+    """The tracked Python files (of git ls-files' names) that no check reads."""
+    scanned = {str(p.relative_to(root)) for p in _sources(root)}
+    return sorted(f for f in tracked if f not in scanned and not f.startswith(UNSCANNED)
+                  and (root / f).is_file() and (_is_python(root / f) or f.endswith(".py.j2")))
+
+
+def test_every_python_file_is_scanned() -> None:
+    """A Python file outside the scanned folders (a top-level script, a role's templated
+    program) would escape every check: each must be scanned or be in UNSCANNED."""
+    tracked = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                             cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert _unscanned(tracked.split()) == []
+
+
+def _package_layers(package: Path = PKG) -> set[str]:
+    """The layers the documented table must have a row for: gpupool's subpackages and
+    top-level modules, but its __init__ and `python -m gpupool`'s __main__."""
+    return {p.name.removesuffix(".py") for p in package.iterdir()
+            if p.name not in ("data", "__pycache__", "__init__.py", "__main__.py")
+            and (p.is_dir() or p.suffix == ".py")}
+
+
+def _names(cell: str) -> set[str]:
+    """Layer names in a table cell or a phrase: `spec/`, render, `infra/` ..."""
+    return {re.sub(r"[`/]", "", w).strip() for w in re.split(r",|\band\b", cell)} - {""}
+
+
+def _table_problems(text: str, allowed: dict[str, set[str]],
+                    package_layers: set[str]) -> list[str]:
+    """Where docs/architecture.md's layer table (lowest first) and its paragraph on infra/
+    and policies/ disagree with allowed. The table's rows leave paths out but in its own
+    row, which names the layers that may not import it ("all but ...")."""
+    table = text.split("## The package's layers", 1)[1].split("\n## ", 1)[0]
     rows = [[c.strip() for c in line.strip("|").split("|")]
             for line in table.splitlines() if line.startswith("| `gpupool/")]
     layers = [re.sub(r"[`/]", "", r[0]).removeprefix("gpupool").removesuffix(".py")
               for r in rows]
-    assert "paths" in layers, "the table has no row for gpupool/paths.py"
-    assert rows[layers.index("paths")][2] == "nothing of gpupool" and ALLOWED["paths"] == set()
-    documented: dict[str, set[str]] = {}
+    if not layers or layers[0] != "paths":
+        return ["the table's first (lowest) row is not gpupool/paths.py"]
+    problems = [f"{sorted(package_layers - set(layers))} have no row"] \
+        if package_layers - set(layers) else []
+    problems += [f"rows for no layer: {sorted(set(layers) - package_layers)}"] \
+        if set(layers) - package_layers else []
+    if rows[0][2] != "nothing of gpupool" or allowed.get("paths"):
+        problems.append("paths may import nothing of gpupool")
+    but = re.search(r"all but (.+)$", rows[0][1])
+    without = {x for x in layers[1:] if "paths" not in allowed.get(x, set())}
+    if but is None or _names(but.group(1)) != without:
+        problems.append(f"the paths row should say all but {sorted(without)}")
     for i, (layer, row) in enumerate(zip(layers, rows, strict=True)):
-        may = row[2]
-        below = {x for x in layers[:i] if x != "paths"}
-        if may in ("—", "nothing of gpupool"):
+        if i == 0:
+            continue
+        if row[2] in ("—", "nothing of gpupool"):
             names: set[str] = set()
-        elif may == "all of the above":
-            names = below
+        elif row[2] == "all of the above":
+            names = set(layers[1:i])
         else:
-            names = {re.sub(r"[`/]", "", w).strip() for w in may.split(",")}
+            names = _names(row[2])
             if "everything" in names:
-                names = (names - {"everything"}) | {x for x in layers if x not in (layer,
-                                                                                 "paths")}
-        documented[layer] = names
-    assert {k: ALLOWED[k] - {"paths"} for k in documented if k != "paths"} == {
-        k: v for k, v in documented.items() if k != "paths"}
+                names = (names - {"everything"}) | (set(layers[1:]) - {layer})
+        if upward := sorted(names & set(layers) - set(layers[:i])):
+            problems.append(f"{layer} may import {upward}, rows above it (lowest first)")
+        if names != allowed.get(layer, set()) - {"paths"}:
+            problems.append(f"{layer}: the table says {sorted(names)}, ALLOWED "
+                            f"{sorted(allowed.get(layer, set()) - {'paths'})}")
+    # "`infra/` and `policies/` import only paths, spec and render (`policies/offline.py`
+    # also the preview's mocks, ...)": infra's list, and policies' with the layers named in
+    # the parenthesis.
+    prose = re.search(r"`infra/` and `policies/` import only ([^(]+)\(([^)]+)\)", table)
+    if prose is None:
+        return [*problems, "no sentence says what infra/ and policies/ import"]
+    listed = _names(prose.group(1))
+    also = {x for x in layers if re.search(rf"\b{x}\b", prose.group(2))}
+    if listed != allowed.get("infra") or listed | also != allowed.get("policies"):
+        problems.append(f"infra/ and policies/ import {sorted(listed)} (policies also "
+                        f"{sorted(also)}): not what ALLOWED says")
+    return problems
+
+
+def test_the_documented_table_matches_allowed() -> None:
+    """docs/architecture.md's layer table says what ALLOWED says, with a row for every
+    layer of the package and in order; README.md has no layer table of its own (its
+    index points at docs/architecture.md)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    assert _table_problems(text, ALLOWED, _package_layers()) == []
 
 
 # --- third-party imports --------------------------------------------------------------
 
 
-def _third_party(path: Path, tree: ast.Module | None = None) -> dict[str, list[ast.AST]]:
+def _third_party(tree: ast.Module, module: str, is_package: bool) -> dict[str, list[ast.AST]]:
     """Third-party top-level module -> the nodes importing it."""
-    tree = tree or ast.parse(path.read_text())
     out: dict[str, list[ast.AST]] = {}
-    for name, node in _resolved(tree, _module(path), path.name == "__init__.py", False, set()):
+    for name, node in _resolved(tree, module, is_package, set()):
         if _top(name) not in STDLIB | OURS:
             out.setdefault(_top(name), []).append(node)
     return out
 
 
-@pytest.mark.parametrize("path", [p for p in _sources() if not _on_host(p)
-                                  and _layer(_module(p)) not in ("bench", "gpupool")],
+def _third_party_of(path: Path, root: Path = ROOT) -> dict[str, list[ast.AST]]:
+    return _third_party(ast.parse(path.read_text()), _module(path, root),
+                        path.name == "__init__.py")
+
+
+def _third_party_violations(path: Path, root: Path = ROOT) -> list[str]:
+    """The third-party modules path imports that its layer may not (THIRD_PARTY)."""
+    layer = _layer(_module(path, root))
+    if layer not in THIRD_PARTY:
+        return [f"{_module(path, root)}: add its layer to THIRD_PARTY"]
+    return sorted(set(_third_party_of(path, root)) - THIRD_PARTY[layer])
+
+
+@pytest.mark.parametrize("path", [p for p in SOURCES if not _runs_on_hosts(p)],
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_module_imports_only_its_layers_third_party(path: Path) -> None:
-    layer = _layer(_module(path))
-    assert layer in THIRD_PARTY, f"{_module(path)}: add its layer to THIRD_PARTY"
-    bad = sorted(set(_third_party(path)) - THIRD_PARTY[layer])
-    assert bad == [], f"{_module(path)} ({layer}) imports {bad}, not its layer's"
+    bad = _third_party_violations(path)
+    assert bad == [], f"{_module(path)} imports {bad}, not its layer's"
 
 
 def test_third_party_table_is_used_and_declared() -> None:
     used: dict[str, set[str]] = {}
-    for p in _sources():
-        if not _on_host(p) and _layer(_module(p)) in THIRD_PARTY:
-            used.setdefault(_layer(_module(p)), set()).update(_third_party(p))
+    for p in SOURCES:
+        if not _runs_on_hosts(p) and _layer(_module(p)) in THIRD_PARTY:
+            used.setdefault(_layer(_module(p)), set()).update(_third_party_of(p))
     stale = {k: v - used.get(k, set()) for k, v in THIRD_PARTY.items() if v - used.get(k, set())}
     assert stale == {}, "THIRD_PARTY allows modules its layer no longer imports"
     undeclared = {m for v in THIRD_PARTY.values() for m in v} - BASE - set(EXTRAS) - set(
         OUTSIDE_EXTRAS)
     assert undeclared == set(), "comes from no extra: add it to one, or to OUTSIDE_EXTRAS"
+
+
+def test_the_gate_needs_only_what_its_bundle_installs() -> None:
+    """A GPU node runs the gate from gpupool/gate/bundle.py's archive: gpupool with the base
+    install and the gate extra. What the gate's layer and the layers below it import must
+    come from those (packaging: pytest's own dependency)."""
+    layers = {"gate", *ALLOWED["gate"]}
+    needed = {m for layer in layers for m in THIRD_PARTY[layer]}
+    installed = BASE | {m for m, extra in EXTRAS.items() if extra == "gate"} | {"packaging"}
+    assert needed - installed == set()
 
 
 # --- programs that run on hosts -------------------------------------------------------
@@ -368,49 +519,79 @@ def _guarded(tree: ast.AST) -> set[int]:
     return out
 
 
-def _packages(role: str, key: str) -> list[str]:
-    value = yaml.safe_load((ROOT / "roles" / role / "vars" / "Debian.yml").read_text())
+def _packages(role: str, key: str, root: Path = ROOT) -> list[str]:
+    value = yaml.safe_load((root / "roles" / role / "vars" / "Debian.yml").read_text())
     for part in key.split("."):
         value = value[part]
     return list(value)
 
 
+def _host_problems(path: Path, row: tuple[str | None, str | None, set[str], set[str]],
+                   root: Path = ROOT) -> list[str]:
+    """Why a program run by a host's python3 (its ON_HOST row) would fail to import
+    there: it imports gpupool, or a module its role does not install from Debian (unless
+    guarded), or its role does not copy it and the siblings it imports."""
+    role, key, allowed, siblings = row
+    tree = ast.parse(path.read_text())
+    guarded = _guarded(tree)
+    module, is_package = _module(path, root), path.name == "__init__.py"
+    third = _third_party(tree, module, is_package)
+    problems = []
+    # Siblings: imported by bare name on the host, as gpupool.onhost.X in the package.
+    if extra := sorted(set(third) - allowed - siblings):
+        problems.append(f"imports {extra}, which the host does not have")
+    if stale := sorted(allowed - set(third)):
+        problems.append(f"ON_HOST allows {stale}, which it no longer imports")
+    ours = {f"gpupool.onhost.{s}" for s in siblings}
+    for name, node in _resolved(tree, module, is_package, ours):
+        # Only a guarded fallback to a sibling the role copies may name gpupool.
+        if _top(name) in OURS and not (id(node) in guarded
+                                       and name.rpartition(".")[2] in siblings):
+            problems.append(f"imports {name}: on the host there is no gpupool")
+    for m, nodes in third.items():
+        if m in siblings or m not in allowed:  # the fallback above; or reported already
+            continue
+        if m not in DEBIAN:
+            if not all(id(n) in guarded for n in nodes):
+                problems.append(f"{m} is no Debian package: its import must be guarded")
+        elif role is None or key is None:
+            problems.append(f"{m}: which role installs it?")
+        elif DEBIAN[m] not in _packages(role, key, root):
+            problems.append(f"role {role} does not install {DEBIAN[m]}")
+    if role is not None:
+        texts = [p.read_text() for p in (root / "roles" / role).rglob("*.yml")]
+        problems += [f"role {role} does not copy {name}"
+                     for name in [path.name, *(f"{s}.py" for s in sorted(siblings))]
+                     if not any(name in t for t in texts)]
+    return problems
+
+
 def test_every_program_on_hosts_has_a_row() -> None:
-    programs = {str(p.relative_to(ROOT).with_suffix("")) for p in _sources() if _on_host(p)}
+    programs = {str(p.relative_to(ROOT).with_suffix("")) for p in SOURCES if _runs_on_hosts(p)}
     assert programs == set(ON_HOST)
 
 
 @pytest.mark.parametrize("program", sorted(ON_HOST))
 def test_program_on_hosts_imports_only_what_its_role_installs(program: str) -> None:
-    role, key, allowed, siblings = ON_HOST[program]
-    path = ROOT / f"{program}.py"
-    tree = ast.parse(path.read_text())
-    guarded = _guarded(tree)
-    third = _third_party(path, tree)
-    # Siblings: imported by bare name on the host, as gpupool.onhost.X in the package.
-    bare = {m for m in third if m in siblings}
-    assert sorted(set(third) - allowed - bare) == [], f"{program}: not on the host"
-    assert allowed <= set(third), f"{program}: ON_HOST allows modules it no longer imports"
-    ours = {f"gpupool.onhost.{s}" for s in siblings}
-    for name, node in _resolved(tree, _module(path), False, False, ours):
-        if _top(name) in OURS:  # only a guarded fallback of a sibling the role copies
-            assert id(node) in guarded and name.rpartition(".")[2] in siblings, (
-                f"{program} imports {name}: on the host there is no gpupool")
-    for m, nodes in third.items():
-        if m in siblings:  # the fallback in the except clause (checked above)
-            continue
-        if m not in DEBIAN:
-            assert all(id(n) in guarded for n in nodes), f"{program}: unguarded {m}"
-            continue
-        assert role is not None and key is not None, f"{program}: {m} from which role?"
-        assert DEBIAN[m] in _packages(role, key), f"role {role} does not install {DEBIAN[m]}"
-    if role is not None:
-        texts = [p.read_text() for p in (ROOT / "roles" / role).rglob("*.yml")]
-        assert any(f"{path.name}" in t for t in texts), f"role {role} does not install it"
-        for s in siblings:
-            assert any(f"{s}.py" in t for t in texts), f"role {role} does not copy {s}.py"
+    assert _host_problems(ROOT / f"{program}.py", ON_HOST[program]) == []
 
 
+def _heredoc_problems(text: str) -> list[str]:
+    """The imports of Python fed to a host's python3 inside a shell script (HEREDOC) that
+    are not the standard library's."""
+    return [f"python3 <<{m.group(1)} imports {name}" for m in HEREDOC.finditer(text)
+            for name, _ in _resolved(ast.parse(m.group(2)), "heredoc", False, set())
+            if _top(name) not in STDLIB]
+
+
+def test_python_in_roles_shell_imports_only_the_standard_library() -> None:
+    tracked = subprocess.run(["git", "ls-files", *HOST_TEXT], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.split()
+    texts = {f: (ROOT / f).read_text(errors="replace") for f in tracked
+             if not _is_python(ROOT / f)}
+    assert "roles/dcgm/templates/gpupool-dcgm-health.sh.j2" in [
+        f for f, t in texts.items() if HEREDOC.search(t)], "HEREDOC finds no Python"
+    assert {f: p for f, t in texts.items() if (p := _heredoc_problems(t))} == {}
 # --- the rest -------------------------------------------------------------------------
 
 
@@ -422,12 +603,9 @@ def test_first_line_of_every_module_says_what_it_is() -> None:
 
 
 def test_no_import_cycle() -> None:
-    sources = _sources()
-    modules = {_module(p) for p in sources}
     # A package's own dynamic import of its modules (bench: f"bench.{name}") is no edge.
-    graph = {_module(p): {n for n in _imports(p, top_level_only=False, modules=modules)
-                             if n in modules and n != _module(p)}
-             for p in sources}
+    graph = {_module(p): {n for n in _imports(p, MODULES) if n in MODULES and n != _module(p)}
+             for p in SOURCES}
     seen: dict[str, int] = {}  # 1 on the current path, 2 done
     stack: list[str] = []
 
@@ -451,3 +629,4 @@ def test_basenames_are_unique_outside_the_verbs() -> None:
     names = [p.stem for p in PKG.rglob("*.py") if p.stem not in ("__init__", "__main__")
              and "commands" not in p.parts and "suites" not in p.parts]
     assert sorted({n for n in names if names.count(n) > 1}) == []
+
