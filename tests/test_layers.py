@@ -12,7 +12,8 @@ importing that package: `import_module(f"gpupool.cli.commands.{verb}")` imports
 gpupool.cli.commands; `import_module(".x", __package__)` is resolved like `from . import x`).
 A dynamic import with no literal prefix must be listed in DYNAMIC with what it loads.
 Every tracked Python file but the tests and the vendored data is scanned
-(test_every_python_file_is_scanned)."""
+(test_every_python_file_is_scanned), and each check is proven failing on a planted
+violation (the tests at the end, on tmp_path trees)."""
 
 from __future__ import annotations
 
@@ -630,3 +631,153 @@ def test_basenames_are_unique_outside_the_verbs() -> None:
              and "commands" not in p.parts and "suites" not in p.parts]
     assert sorted({n for n in names if names.count(n) > 1}) == []
 
+
+# --- each check fails on a planted violation ------------------------------------------
+
+
+def _tree(root: Path, files: dict[str, str]) -> dict[str, Path]:
+    """Write files (path from root -> text) and return their paths."""
+    out = {}
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        out[name] = path
+    return out
+
+
+def test_planted_layer_violations_fail(tmp_path: Path) -> None:
+    """An import up a layer fails whichever way it is written, deferred or not."""
+    files = _tree(tmp_path, {
+        "gpupool/__init__.py": "from gpupool.cli import main\n",
+        "gpupool/cli/main.py": "",
+        "gpupool/render/up.py": "def f():\n    from ..cli import main\n",
+        "gpupool/render/ok.py": "from . import up\nfrom ..spec import model\n",
+        "gpupool/spec/model.py": "import importlib\nimportlib.import_module('gpupool.lab.hosts')\n",
+        "gpupool/spec/named.py": "import importlib\nimportlib.import_module(name='gpupool.lab')\n",
+        "gpupool/spec/rel.py": "import importlib\n"
+                               "importlib.import_module('..render', __package__)\n",
+        "gpupool/spec/fstr.py": "def f(v):\n    __import__(f'gpupool.cli.commands.{v}')\n",
+        "gpupool/cli/bench_user.py": "import bench.plan\n",
+        "gpupool/cli/tests_user.py": "from tests import conftest\n",
+        "bench/cli_user.py": "from gpupool.cli import main\nfrom tests import conftest\n",
+        "bench/entry.py": "import gpupool.__main__\n",
+        "scripts/tool.py": "import gpupool.paths\n",
+    })
+    modules = {_module(p, tmp_path) for p in files.values()}
+    bad = {name: _layer_violations(p, modules, tmp_path) for name, p in files.items()}
+    assert bad == {
+        "gpupool/__init__.py": ["gpupool.cli.main"],
+        "gpupool/cli/main.py": [],
+        "gpupool/render/up.py": ["gpupool.cli.main"],
+        "gpupool/render/ok.py": [],
+        "gpupool/spec/model.py": ["gpupool.lab.hosts"],
+        "gpupool/spec/named.py": ["gpupool.lab"],
+        "gpupool/spec/rel.py": ["gpupool.render"],
+        "gpupool/spec/fstr.py": ["gpupool.cli.commands"],
+        "gpupool/cli/bench_user.py": ["bench.plan"],
+        "gpupool/cli/tests_user.py": ["tests"],
+        # The benchmarks drive the CLI and use the tests' helpers; not `python -m gpupool`.
+        "bench/cli_user.py": [],
+        "bench/entry.py": ["gpupool.__main__"],
+        "scripts/tool.py": ["scripts.tool: its folder is not a known layer; add it to ALLOWED"],
+    }
+
+
+def test_planted_unnamed_dynamic_import_and_unscanned_file_fail(tmp_path: Path) -> None:
+    files = _tree(tmp_path, {
+        "gpupool/lab/load.py": "import importlib\nNAME = 'x'\nimportlib.import_module(NAME)\n",
+        "gpupool/lab/kw.py": "import importlib\ndef f(v):\n    importlib.import_module(name=v)\n",
+        "gpupool/lab/fine.py": "import importlib\nimportlib.import_module('gpupool.spec')\n",
+        "roles/r/library/module": "#!/usr/bin/python3\nimport yaml\n",
+        "roles/r/templates/prog.py.j2": "import {{ x }}\n",
+        "monitoring/check.py": "import json\n",
+        "tests/test_x.py": "import gpupool\n",
+    })
+    assert _unnamed_dynamic(_sources(tmp_path), tmp_path) == ["gpupool/lab/kw.py",
+                                                              "gpupool/lab/load.py"]
+    assert tmp_path / "roles/r/library/module" in _sources(tmp_path)
+    assert _unscanned(sorted(files), tmp_path) == ["monitoring/check.py",
+                                                   "roles/r/templates/prog.py.j2"]
+
+
+def test_planted_third_party_violations_fail(tmp_path: Path) -> None:
+    files = _tree(tmp_path, {
+        "gpupool/render/cloud.py": "def f():\n    import pulumi_aws\n",
+        "gpupool/render/dyn.py": "__import__('pulumi')\n",
+        "gpupool/spec/model.py": "import pydantic\nimport yaml\nimport rich\n",
+        "gpupool/paths.py": "import yaml\n",
+        "bench/plot.py": "import matplotlib\nimport yaml\n",
+        "inventory_plugins/gpupool.py": "from ansible.plugins import inventory\n",
+    })
+    bad = {name: _third_party_violations(p, tmp_path) for name, p in files.items()}
+    assert bad == {"gpupool/render/cloud.py": ["pulumi_aws"], "gpupool/render/dyn.py": ["pulumi"],
+                   "gpupool/spec/model.py": ["rich"], "gpupool/paths.py": ["yaml"],
+                   "bench/plot.py": ["matplotlib"], "inventory_plugins/gpupool.py": []}
+
+
+def test_planted_host_violations_fail(tmp_path: Path) -> None:
+    files = _tree(tmp_path, {
+        "roles/r/vars/Debian.yml": "r_packages: [python3-bcrypt]\n",
+        "roles/r/tasks/main.yml": "- copy: {src: prog.py}\n- copy: {src: guarded.py}\n",
+        "roles/r/files/prog.py": "import prometheus_client\nfrom gpupool.spec import loader\n",
+        "roles/r/files/guarded.py": "try:\n    import torch\nexcept ImportError:\n"
+                                    "    torch = None\nimport bcrypt\n",
+        "gpupool/onhost/deb.py": "import yaml\nimport importlib\n"
+                                 "importlib.import_module('gpupool')\n",
+        # The package's copy first (tests, the control host), else the role's beside it.
+        "gpupool/onhost/sib.py": "try:\n    from . import prom_textfile\nexcept ImportError:\n"
+                                 "    import prom_textfile\n",
+        "gpupool/onhost/unguarded.py": "import torch\nfrom . import prom_textfile\n",
+        "gpupool/lab/fixture.py": "#!/usr/bin/python3\nfrom gpupool.spec import model\n",
+        "gpupool/lab/hosts.py": "from gpupool.spec import model\n",
+    })
+    host = {n: p for n, p in files.items() if n.endswith(".py") and _runs_on_hosts(p, tmp_path)}
+    assert sorted(host) == ["gpupool/lab/fixture.py", "gpupool/onhost/deb.py",
+                            "gpupool/onhost/sib.py", "gpupool/onhost/unguarded.py",
+                            "roles/r/files/guarded.py", "roles/r/files/prog.py"]
+    rows: dict[str, tuple[str | None, str | None, set[str], set[str]]] = {
+        "roles/r/files/prog.py": ("r", "r_packages", {"prometheus_client"}, set()),
+        "roles/r/files/guarded.py": ("r", "r_packages", {"torch", "bcrypt"}, set()),
+        "gpupool/onhost/deb.py": (None, None, set(), set()),
+        "gpupool/onhost/sib.py": ("r", None, set(), {"prom_textfile"}),
+        "gpupool/onhost/unguarded.py": (None, None, {"torch"}, {"prom_textfile"}),
+        "gpupool/lab/fixture.py": (None, None, set(), set()),
+    }
+    assert {n: _host_problems(host[n], row, tmp_path) for n, row in rows.items()} == {
+        "roles/r/files/prog.py": ["imports gpupool.spec: on the host there is no gpupool",
+                                  "role r does not install python3-prometheus-client"],
+        "roles/r/files/guarded.py": [],
+        "gpupool/onhost/deb.py": ["imports ['yaml'], which the host does not have",
+                                  "imports gpupool: on the host there is no gpupool"],
+        "gpupool/onhost/sib.py": ["role r does not copy sib.py",
+                                  "role r does not copy prom_textfile.py"],
+        "gpupool/onhost/unguarded.py": [
+            "imports gpupool.onhost.prom_textfile: on the host there is no gpupool",
+            "torch is no Debian package: its import must be guarded"],
+        "gpupool/lab/fixture.py": ["imports gpupool.spec: on the host there is no gpupool"],
+    }
+    assert _heredoc_problems("python3 - \"$a\" <<'PY'\nimport json, yaml\nPY\n") == [
+        "python3 <<PY imports yaml"]
+    assert _heredoc_problems("python3 <<EOF\nimport json\nEOF\n") == []
+
+
+def test_planted_table_disagreements_fail() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    layers = _package_layers()
+    row = {line.split("`")[1]: line for line in text.splitlines() if line.startswith("| `")}
+    render_row, lab_row = row["gpupool/render/"], row["gpupool/lab/"]
+    assert _table_problems(text, ALLOWED, layers) == []
+    upward = render_row.replace("| spec |", "| spec, lab |")
+    assert _table_problems(text.replace(render_row, upward), ALLOWED, layers) == [
+        "render may import ['lab'], rows above it (lowest first)",
+        "render: the table says ['lab', 'spec'], ALLOWED ['spec']"]
+    assert _table_problems(text.replace(lab_row + "\n", ""), ALLOWED, layers)[0] == (
+        "['lab'] have no row")
+    assert _table_problems(text, ALLOWED, layers - {"lab"}) == ["rows for no layer: ['lab']"]
+    wider = {**ALLOWED, "workload": {"spec", "paths"}, "infra": {"paths", "spec", "render", "gate"}}
+    assert _table_problems(text, wider, layers) == [
+        "the paths row should say all but ['onhost']",
+        "infra/ and policies/ import ['paths', 'render', 'spec'] (policies also ['preview']): "
+        "not what ALLOWED says"]
+    assert _table_problems(text, ALLOWED, layers | {"newlayer"}) == ["['newlayer'] have no row"]
