@@ -11,6 +11,7 @@ from gpupool.paths import pulumi_project
 from gpupool.render import image
 from gpupool.render.cloud import iam, names
 from gpupool.render.cloud.network import network_plan
+from gpupool.render.cloud.storage import storage_plan
 from gpupool.spec import loader
 from gpupool.spec.model import Description
 from infra.burst import BurstPool, BurstPoolArgs
@@ -34,7 +35,7 @@ def declare(desc: Description) -> None:
     account = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(
         provider=providers[desc.pool.cloud_region])).account_id
     storage = StorageTiers(pool, StorageTiersArgs(
-        desc, networks.get(desc.pool.cloud_region), account), home)
+        storage_plan(desc), networks.get(desc.pool.cloud_region), account), home)
     prebuilt = _prebuilt_images(desc)
     digest = _artifact_digest(desc)
     images = {r: BurstImage(names.burst_image_name(desc, r),

@@ -8,15 +8,15 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from gpupool.render.cloud import names, storage
-from gpupool.spec.model import Description
+from gpupool.render.cloud import storage
+from gpupool.render.cloud.storage import StoragePlan
 from infra.components import Component
 from infra.network import NetworkSegments
 
 
 @dataclass(frozen=True)
 class StorageTiersArgs:
-    desc: Description
+    plan: StoragePlan
     # The VPC in the pool's cloud region, for the scratch file system; None: no VPC there.
     network: NetworkSegments | None
     account: pulumi.Output[str]  # the AWS account id, for the key's policy
@@ -36,22 +36,21 @@ class StorageTiers(Component):
     def __init__(self, name: str, args: StorageTiersArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("StorageTiers", name, opts)
-        desc = args.desc
-        tags = names.tags(desc)
-        key = aws.kms.Key(f"{name}-key", description=f"gpupool {desc.pool.name} storage",
+        plan = args.plan
+        tags = plan.tags
+        key = aws.kms.Key(f"{name}-key", description=f"gpupool {plan.pool} storage",
                           enable_key_rotation=True, deletion_window_in_days=30, tags=tags,
-                          policy=args.account.apply(
-                              lambda a: json.dumps(storage.key_policy(desc, a))),
+                          policy=args.account.apply(lambda a: json.dumps(
+                              storage.pool_key_policy(plan.region, plan.lustre_linked, a))),
                           opts=self.child())
-        aws.kms.Alias(f"{name}-key", name=f"alias/gpupool-{desc.pool.name}",
+        aws.kms.Alias(f"{name}-key", name=f"alias/gpupool-{plan.pool}",
                       target_key_id=key.key_id, opts=self.child())
         self.key_arn = key.arn
         self.bucket_arns, self.bucket_names = {}, {}
         buckets: list[aws.s3.Bucket] = []
-        for tier_name, tier in storage.bucket_tiers(desc).items():
-            bname = names.bucket_name(desc, tier_name)
+        for tier_name, spec in plan.buckets.items():
             res = f"{name}-{tier_name}"
-            bucket = aws.s3.Bucket(res, bucket=bname, tags={**tags, "tier": tier_name},
+            bucket = aws.s3.Bucket(res, bucket=spec.name, tags={**tags, "tier": tier_name},
                                    opts=self.child())
             aws.s3.BucketPublicAccessBlock(res, bucket=bucket.bucket, block_public_acls=True,
                                            block_public_policy=True, ignore_public_acls=True,
@@ -64,42 +63,40 @@ class StorageTiers(Component):
                     "applyServerSideEncryptionByDefault": {
                         "sseAlgorithm": "aws:kms", "kmsMasterKeyId": key.arn},
                     "bucketKeyEnabled": True}])
-            if tier.versioning:
+            if spec.versioning:
                 aws.s3.BucketVersioning(res, bucket=bucket.bucket,
                                         versioning_configuration={"status": "Enabled"},
                                         opts=self.child())
             aws.s3.BucketLifecycleConfiguration(
-                res, bucket=bucket.bucket, rules=storage.lifecycle_rules(tier_name, tier),
+                res, bucket=bucket.bucket, rules=spec.lifecycle_rules,
                 opts=self.child())
             aws.s3.BucketPolicy(
                 res, bucket=bucket.bucket, opts=self.child(),
-                policy=json.dumps(storage.bucket_policy(desc, tier_name)))
+                policy=json.dumps(spec.policy))
             buckets.append(bucket)
             self.bucket_arns[tier_name] = bucket.arn
-            self.bucket_names[tier_name] = bname
-        self.scratch_dns = self._scratch(name, desc, args.network, tags, buckets)
+            self.bucket_names[tier_name] = spec.name
+        self.scratch_dns = self._scratch(name, plan, args.network, buckets)
         self.register_outputs({"key_arn": self.key_arn, "bucket_arns": self.bucket_arns,
                                "bucket_names": self.bucket_names,
                                "scratch_dns": self.scratch_dns})
 
-    def _scratch(self, name: str, desc: Description, network: NetworkSegments | None,
-                 tags: dict[str, str], buckets: list[aws.s3.Bucket]
-                 ) -> pulumi.Output[str] | None:
-        scratch = storage.scratch_tier(desc)
+    def _scratch(self, name: str, plan: StoragePlan, network: NetworkSegments | None,
+                 buckets: list[aws.s3.Bucket]) -> pulumi.Output[str] | None:
+        scratch = plan.scratch
         if scratch is None:
             return None
-        tier_name, tier = scratch
         if network is None:
-            raise ValueError(f"storage tier {tier_name} is Lustre scratch but no burst group "
-                             f"declares a VPC in {desc.pool.cloud_region}")
-        datasets = storage.lustre_import_tier(desc)
-        link = ({"import_path": f"s3://{names.bucket_name(desc, datasets)}",
-                 "auto_import_policy": "NEW_CHANGED_DELETED"} if datasets else {})
+            raise ValueError(f"storage tier {scratch.tier} is Lustre scratch but no burst "
+                             f"group declares a VPC in {plan.region}")
+        link = ({"import_path": scratch.import_path,
+                 "auto_import_policy": "NEW_CHANGED_DELETED"} if scratch.import_path else {})
         zone_subnets = network.subnet_ids["storage"]
         fs = aws.fsx.LustreFileSystem(
-            f"{name}-{tier_name}", deployment_type="SCRATCH_2",
-            storage_capacity=storage.fsx_capacity_gib(tier.size_tib),
+            f"{name}-{scratch.tier}", deployment_type="SCRATCH_2",
+            storage_capacity=scratch.capacity_gib,
             subnet_ids=zone_subnets[sorted(zone_subnets)[0]],
             security_group_ids=[network.security_group_ids["storage"]],
-            tags={**tags, "tier": tier_name}, **link, opts=self.child(depends_on=buckets))
+            tags={**plan.tags, "tier": scratch.tier}, **link,
+            opts=self.child(depends_on=buckets))
         return fs.dns_name

@@ -1,6 +1,6 @@
 """The storage tiers' cloud side as plain data: which tiers get a bucket, the buckets'
 lifecycle and policies, the FSx for Lustre scratch file system, the pool key's policy and
-the tiers' mount units.
+the tiers' mount units; storage_plan gathers what StorageTiers declares.
 
 infra/storage.py and infra/secrets.py declare them; policies/storage.py checks against them.
 """
@@ -8,9 +8,10 @@ infra/storage.py and infra/secrets.py declare them; policies/storage.py checks a
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
-from gpupool.render.cloud.names import bucket_arn, bucket_name, via_service
+from gpupool.render.cloud.names import bucket_arn, bucket_name, tags, via_service
 from gpupool.spec.model import (
     SHARED_FSTYPES,
     Description,
@@ -129,13 +130,19 @@ KEY_CRYPTO_ACTIONS = ["kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey*", "kms
 
 
 def key_policy(desc: Description, account: str) -> dict[str, Any]:
-    """The pool key's own policy. The account administers it, and IAM policies in the
-    account decide who uses it (the node roles through S3, node_policy; the munge key's
-    readers through Secrets Manager, munge_read_policy); nobody, whatever IAM grants,
-    encrypts or decrypts with it but through the pool's services. AWS services acting
-    with their own principals (EBS on a volume's grant) are not caught by that deny:
-    they are the services."""
-    region = desc.pool.cloud_region
+    """The pool key's own policy (pool_key_policy) for a description."""
+    return pool_key_policy(desc.pool.cloud_region, lustre_import_tier(desc) is not None,
+                           account)
+
+
+def pool_key_policy(region: str, lustre_linked: bool, account: str) -> dict[str, Any]:
+    """The pool key's own policy, in the pool's cloud region; lustre_linked: the scratch
+    file system imports from a bucket (lustre_import_tier). The account administers it,
+    and IAM policies in the account decide who uses it (the node roles through S3,
+    node_policy; the munge key's readers through Secrets Manager, munge_read_policy);
+    nobody, whatever IAM grants, encrypts or decrypts with it but through the pool's
+    services. AWS services acting with their own principals (EBS on a volume's grant) are
+    not caught by that deny: they are the services."""
     statements: list[dict[str, Any]] = [
         # Without it the key could not be managed at all (KMS refuses such a policy).
         {"Sid": "AccountAdministers", "Effect": "Allow",
@@ -146,7 +153,7 @@ def key_policy(desc: Description, account: str) -> dict[str, Any]:
              "StringNotEquals": {"kms:ViaService": [via_service(s, region)
                                                     for s in KEY_SERVICES]},
              "Bool": {"aws:PrincipalIsAWSService": "false"}}}]
-    if lustre_import_tier(desc) is not None:
+    if lustre_linked:
         # FSx's service-linked role takes no IAM policy of ours: the key policy itself must
         # let it read (and export to) the SSE-KMS bucket it is linked to, through S3 only.
         statements.append(
@@ -164,6 +171,57 @@ def fsx_capacity_gib(size_tib: float) -> int:
     if gib <= FSX_MIN_GIB:
         return FSX_MIN_GIB
     return math.ceil(gib / FSX_STEP_GIB) * FSX_STEP_GIB
+
+
+@dataclass(frozen=True)
+class BucketPlan:
+    """One bucket tier's bucket: its global name, versioning, lifecycle (engine names)
+    and its own policy."""
+
+    name: str
+    versioning: bool
+    lifecycle_rules: list[dict[str, Any]]
+    policy: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ScratchPlan:
+    """The FSx for Lustre scratch file system of scratch_tier."""
+
+    tier: str
+    capacity_gib: int
+    import_path: str | None  # s3:// of the linked bucket (lustre_import_tier); None: none
+
+
+@dataclass(frozen=True)
+class StoragePlan:
+    """What StorageTiers declares: the pool key, the buckets, the scratch file system."""
+
+    pool: str
+    region: str  # the pool's cloud region, where all of them live
+    buckets: dict[str, BucketPlan]  # tier -> its bucket, bucket_tiers' order
+    scratch: ScratchPlan | None
+    tags: dict[str, str]
+
+    @property
+    def lustre_linked(self) -> bool:
+        """The scratch file system imports from a bucket (the key policy lets FSx in)."""
+        return self.scratch is not None and self.scratch.import_path is not None
+
+
+def storage_plan(desc: Description) -> StoragePlan:
+    """StorageTiers' args: everything it declares."""
+    scratch = scratch_tier(desc)
+    datasets = lustre_import_tier(desc)
+    return StoragePlan(
+        pool=desc.pool.name, region=desc.pool.cloud_region,
+        buckets={n: BucketPlan(bucket_name(desc, n), t.versioning, lifecycle_rules(n, t),
+                               bucket_policy(desc, n))
+                 for n, t in bucket_tiers(desc).items()},
+        scratch=None if scratch is None else ScratchPlan(
+            scratch[0], fsx_capacity_gib(scratch[1].size_tib),
+            f"s3://{bucket_name(desc, datasets)}" if datasets else None),
+        tags=tags(desc))
 
 
 def mount_unit(path: str) -> str:
