@@ -11,7 +11,7 @@ import pulumi_aws as aws
 
 from gpupool.render import image
 from gpupool.render.cloud import launch, names
-from gpupool.spec.model import Description
+from gpupool.render.image import ImagePlan
 from infra.components import Component
 from infra.network import NetworkSegments
 from infra.storage import StorageTiers
@@ -27,17 +27,9 @@ TEST_TIMEOUT_MINUTES = 60
 
 @dataclass(frozen=True)
 class BurstImageArgs:
-    desc: Description
-    region: str
-    network: NetworkSegments
-    storage: StorageTiers
-    # The region's AMI from the stack config (gpupool:burstImageId): no image is built,
-    # the pipeline stays declared for operators' rebuilds.
-    prebuilt: str | None = None
-    # The artifact's SHA-256 from the stack config (gpupool:burstImageArtifactSha256,
-    # validated by image.artifact_digest): the build verifies the download against it and
-    # refuses anything else; None, it refuses every artifact.
-    artifact_digest: str | None = None
+    plan: ImagePlan
+    network: NetworkSegments  # the region's: the build runs in its training subnet
+    storage: StorageTiers  # the pool key, which the artifact's bucket is encrypted with
 
 
 class BurstImage(Component):
@@ -54,15 +46,14 @@ class BurstImage(Component):
     def __init__(self, name: str, args: BurstImageArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("BurstImage", name, opts)
-        desc = args.desc
-        tags = names.tags(desc, None, **{names.TAG_BURST_REGION: args.region})
-        document = image.component_document(desc, args.region, args.artifact_digest)
+        plan = args.plan
+        tags, document = plan.tags, plan.document
         component = aws.imagebuilder.Component(
             name, name=name, platform="Linux", version=image.version(document),
-            data=document, description=f"gpupool burst node of pool {desc.pool.name}",
+            data=document, description=f"gpupool burst node of pool {plan.pool}",
             tags=tags, opts=self.child())
         parent = aws.ec2.get_ami_output(most_recent=True, owners=[launch.AMI_OWNER], filters=[
-            {"name": "name", "values": [launch.ami_name(desc)]},
+            {"name": "name", "values": [plan.parent_ami_name]},
             {"name": "architecture", "values": ["x86_64"]}],
             opts=pulumi.InvokeOutputOptions(parent=self))
         recipe = aws.imagebuilder.ImageRecipe(
@@ -76,7 +67,7 @@ class BurstImage(Component):
             tags=tags, opts=self.child())
         infrastructure = self._infrastructure(name, args, tags)
         distribution = aws.imagebuilder.DistributionConfiguration(
-            name, name=name, distributions=[{"region": args.region,
+            name, name=name, distributions=[{"region": plan.region,
                                              "amiDistributionConfiguration": {
                                                  "name": f"{name}-{{{{ imagebuilder:buildDate }}}}",
                                                  "description": f"gpupool {name}",
@@ -91,8 +82,8 @@ class BurstImage(Component):
         # and its AMI reaches the launch templates only through gpupool:burstImageId.
         pipeline = aws.imagebuilder.ImagePipeline(name, name=name, status="ENABLED", **build,
                                                   tags=tags, opts=self.child())
-        if args.prebuilt is not None:
-            self.image_id = pulumi.Output.from_input(args.prebuilt)
+        if plan.prebuilt is not None:
+            self.image_id = pulumi.Output.from_input(plan.prebuilt)
             self.source = names.IMAGE_FROM_CONFIG
         else:
             built = aws.imagebuilder.Image(name, **build, tags=tags, opts=self.child())
@@ -107,7 +98,7 @@ class BurstImage(Component):
         """Where the build runs: a GPU instance of the region's burst types in the first
         zone's training subnet, behind the nodes' security groups, with IMDSv2 and a
         profile that may read the one artifact and nothing else of the pool."""
-        desc = args.desc
+        plan = args.plan
         role = aws.iam.Role(f"{name}-builder", tags=tags, opts=self.child(),
                             assume_role_policy=json.dumps({
                                 "Version": "2012-10-17", "Statement": [{
@@ -117,7 +108,8 @@ class BurstImage(Component):
             aws.iam.RolePolicyAttachment(f"{name}-builder-{key}", role=role.name, policy_arn=arn,
                                          opts=self.child())
         document = args.storage.key_arn.apply(
-            lambda key: json.dumps(image.artifact_policy(desc, key)))
+            lambda key: json.dumps(image.artifact_policy(plan.artifact_bucket,
+                                                         plan.key_region, key)))
         policy = aws.iam.Policy(f"{name}-builder", policy=document, tags=tags,
                                 description=f"gpupool {name} build: the artifact",
                                 opts=self.child())
@@ -125,11 +117,10 @@ class BurstImage(Component):
                                      opts=self.child())
         profile = aws.iam.InstanceProfile(f"{name}-builder", role=role.name, tags=tags,
                                           opts=self.child())
-        zone = names.region_zones(desc, args.region)[0]
         return aws.imagebuilder.InfrastructureConfiguration(
             name, name=name, instance_profile_name=profile.name,
-            instance_types=image.instance_types(desc, args.region),
-            subnet_id=args.network.subnet_ids["training"][zone],
+            instance_types=plan.instance_types,
+            subnet_id=args.network.subnet_ids["training"][plan.zone],
             security_group_ids=[args.network.security_group_ids[s]
                                 for s in ("training", "management")],
             terminate_instance_on_failure=True,

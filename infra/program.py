@@ -39,8 +39,8 @@ def declare(desc: Description) -> None:
     prebuilt = _prebuilt_images(desc)
     digest = _artifact_digest(desc)
     images = {r: BurstImage(names.burst_image_name(desc, r),
-                            BurstImageArgs(desc, r, networks[r], storage, prebuilt.get(r),
-                                           digest),
+                            BurstImageArgs(image.image_plan(desc, r, prebuilt.get(r), digest),
+                                           networks[r], storage),
                             pulumi.ResourceOptions(providers=[providers[r]]))
               for r in names.regions(desc)}
     bursts = {g: BurstPool(names.burst_name(desc, g),

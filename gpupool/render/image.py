@@ -1,7 +1,8 @@
 """The burst image as plain data: the EC2 Image Builder component document that turns a
 Debian 12 instance into a burst node (playbooks/burst_image.yml at the software lock), the
 semantic version that names it, the artifact it fetches, and the stack config that names
-a pre-built image instead.
+a pre-built image instead; image_plan gathers what BurstImage declares in a region. (Here,
+not in cloud/launch.py beside the burst pool's plan: this module reads launch.)
 
 infra/image.py declares the pipeline from these and the policy pack reads the same stack
 config, so both follow one derivation.
@@ -13,6 +14,7 @@ import hashlib
 import json
 import re
 import shlex
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -63,16 +65,16 @@ def artifact_uri(desc: Description) -> str:
     return f"s3://{artifact_bucket(desc)}/{ARTIFACT_KEY}"
 
 
-def artifact_policy(desc: Description, key_arn: str) -> dict[str, Any]:
-    """The build instance may read the image's artifact and decrypt it through S3 (the
-    datasets bucket is encrypted with the pool key), nothing more."""
-    bucket = artifact_bucket(desc)
+def artifact_policy(bucket: str, key_region: str, key_arn: str) -> dict[str, Any]:
+    """The build instance may read the image's artifact in bucket (artifact_bucket) and
+    decrypt it through S3 (the datasets bucket is encrypted with the pool key, which lives
+    in key_region, the pool's cloud region), nothing more."""
     return {"Version": "2012-10-17", "Statement": [
         {"Sid": "ReadImageArtifact", "Effect": "Allow", "Action": ["s3:GetObject"],
          "Resource": [f"arn:aws:s3:::{bucket}/{ARTIFACT_KEY}"]},
         {"Sid": "DecryptImageArtifact", "Effect": "Allow", "Action": ["kms:Decrypt"],
          "Resource": [key_arn], "Condition": {"StringEquals": {
-             "kms:ViaService": f"s3.{desc.pool.cloud_region}.amazonaws.com"}}}]}
+             "kms:ViaService": f"s3.{key_region}.amazonaws.com"}}}]}
 
 
 def artifact_digest(raw: str | None) -> str | None:
@@ -187,6 +189,41 @@ def instance_types(desc: Description, region: str) -> list[str]:
     found = {t for g in desc.burst_groups.values() if g.region == region
              for t in g.instance_types}
     return sorted(found, key=lambda t: (INSTANCE_TYPES[t].vcpus, t))
+
+
+@dataclass(frozen=True)
+class ImagePlan:
+    """What BurstImage declares in one burst region: the component document, the parent
+    AMI's name pattern, where and on what the build runs, the artifact it may read, and
+    the pre-built AMI the stack config names instead of a build."""
+
+    region: str
+    pool: str
+    document: str  # component_document
+    parent_ami_name: str  # launch.ami_name, Debian's AMIs owned by launch.AMI_OWNER
+    instance_types: list[str]  # instance_types
+    zone: str  # the region's first zone: its training subnet hosts the build
+    artifact_bucket: str
+    key_region: str  # the pool key's, for artifact_policy
+    # The region's AMI from the stack config (gpupool:burstImageId): no image is built,
+    # the pipeline stays declared for operators' rebuilds.
+    prebuilt: str | None
+    tags: dict[str, str]
+
+
+def image_plan(desc: Description, region: str, prebuilt: str | None,
+               digest: str | None) -> ImagePlan:
+    """BurstImage's args for a burst region; digest: the artifact's SHA-256 the stack
+    config pins (gpupool:burstImageArtifactSha256, validated by artifact_digest): the
+    build verifies the download against it and refuses anything else; None, every
+    artifact."""
+    return ImagePlan(
+        region=region, pool=desc.pool.name,
+        document=component_document(desc, region, digest),
+        parent_ami_name=launch.ami_name(desc), instance_types=instance_types(desc, region),
+        zone=names.region_zones(desc, region)[0], artifact_bucket=artifact_bucket(desc),
+        key_region=desc.pool.cloud_region, prebuilt=prebuilt,
+        tags=names.tags(desc, None, **{names.TAG_BURST_REGION: region}))
 
 
 def image_overrides(raw: str | None, regions: list[str]) -> dict[str, str]:
