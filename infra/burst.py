@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from gpupool.render.cloud import iam, launch, names, storage
-from gpupool.spec.model import Capacity, Description
+from gpupool.render.cloud import iam, launch, names
+from gpupool.render.cloud.launch import BurstPlan
 from infra.components import Component
 from infra.image import BurstImage
 from infra.network import NetworkSegments
@@ -19,17 +19,10 @@ from infra.storage import StorageTiers
 
 @dataclass(frozen=True)
 class BurstPoolArgs:
-    desc: Description
-    group: str
-    network: NetworkSegments
+    plan: BurstPlan
+    network: NetworkSegments  # the group's region's
     storage: StorageTiers
     image: BurstImage  # the region's: its AMI is what the launch template boots
-
-
-def _tier_arn(tiers: StorageTiers, desc: Description, purpose: str) -> pulumi.Output[str] | None:
-    tier = next((t for t, v in storage.bucket_tiers(desc).items() if v.purpose.value == purpose),
-                None)
-    return tiers.bucket_arns[tier] if tier else None
 
 
 class BurstPool(Component):
@@ -50,14 +43,14 @@ class BurstPool(Component):
     def __init__(self, name: str, args: BurstPoolArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("BurstPool", name, opts)
-        desc, group = args.desc, args.desc.burst_groups[args.group]
-        tags = names.tags(desc, group.team, **{"burst-group": args.group})
+        plan = args.plan
+        tags = plan.tags
         self.run_role = self._profile(name, args, tags)
         self.boot_role, profile = self._boot_profile(name, args, tags, self.run_role)
         # Its instances and volumes say which image they booted from, for the policy pack.
         template_tags = {**tags, names.TAG_BURST_IMAGE: args.image.source}
         sgs = [args.network.security_group_ids[s] for s in ("training", "management")]
-        efa = launch.efa_interfaces(group)
+        efa = plan.efa_interfaces
         if efa:
             # Card 0 carries the primary (device 0); every other card one EFA-only device.
             nics = [{"deviceIndex": 0 if i == 0 else 1, "networkCardIndex": i,
@@ -67,9 +60,7 @@ class BurstPool(Component):
         else:
             nics = [{"deviceIndex": 0, "securityGroups": sgs,
                      "associatePublicIpAddress": "false", "deleteOnTermination": "true"}]
-        # The pool key lives in the cloud region; elsewhere the account's EBS key is used.
-        key = ({"kmsKeyId": args.storage.key_arn} if group.region == desc.pool.cloud_region
-               else {})
+        key = {"kmsKeyId": args.storage.key_arn} if plan.pool_key_root else {}
         template = aws.ec2.LaunchTemplate(
             name, name=name, image_id=args.image.image_id, update_default_version=True,
             metadata_options={"httpEndpoint": "enabled", "httpTokens": "required",
@@ -79,8 +70,7 @@ class BurstPool(Component):
                 "deleteOnTermination": "true", **key}}],
             iam_instance_profile={"arn": profile.arn},
             network_interfaces=nics,
-            user_data=base64.b64encode(
-                launch.user_data(desc, args.group, group).encode()).decode(),
+            user_data=base64.b64encode(plan.user_data.encode()).decode(),
             tag_specifications=[{"resourceType": r, "tags": template_tags}
                                 for r in ("instance", "volume", "network-interface")],
             tags=template_tags, opts=self.child())
@@ -89,23 +79,22 @@ class BurstPool(Component):
             pg = aws.ec2.PlacementGroup(name, name=name, strategy="cluster", tags=tags,
                                         opts=self.child())
             placement = {"placement_group": pg.id}
-        spot = Capacity.SPOT in group.capacity
-        on_demand_base = group.on_demand_base if Capacity.ON_DEMAND in group.capacity else 0
+        spot = plan.spot
         subnets = args.network.subnet_ids["training"]
         asg = aws.autoscaling.Group(
-            name, name=name, min_size=group.min_nodes, max_size=group.max_nodes,
-            vpc_zone_identifiers=[subnets[z] for z in launch.group_zones(group)],
+            name, name=name, min_size=plan.min_nodes, max_size=plan.max_nodes,
+            vpc_zone_identifiers=[subnets[z] for z in plan.zones],
             capacity_rebalance=spot, **placement,
             mixed_instances_policy={
                 "instancesDistribution": {
                     "onDemandAllocationStrategy": "prioritized",
-                    "onDemandBaseCapacity": on_demand_base,
+                    "onDemandBaseCapacity": plan.on_demand_base,
                     "onDemandPercentageAboveBaseCapacity": 0 if spot else 100,
                     "spotAllocationStrategy": "capacity-optimized"},
                 "launchTemplate": {
                     "launchTemplateSpecification": {"launchTemplateId": template.id,
                                                     "version": "$Latest"},
-                    "overrides": [{"instanceType": t} for t in group.instance_types]}},
+                    "overrides": [{"instanceType": t} for t in plan.instance_types]}},
             tags=[{"key": k, "value": v, "propagateAtLaunch": True}
                   for k, v in sorted(tags.items())],
             opts=self.child())
@@ -118,18 +107,19 @@ class BurstPool(Component):
     def _profile(self, name: str, args: BurstPoolArgs, tags: dict[str, str]) -> aws.iam.Role:
         """The run role and its profile (names.run_profile_name, which the user-data
         names): what a node may do once booted, and no Secrets Manager."""
-        desc, group = args.desc, args.desc.burst_groups[args.group]
+        plan, arns = args.plan, args.storage.bucket_arns
         role = _ec2_role(f"{name}-node", tags, self.child())
-        datasets = _tier_arn(args.storage, desc, "datasets")
-        checkpoints = _tier_arn(args.storage, desc, "checkpoints")
+        datasets = arns[plan.datasets_tier] if plan.datasets_tier else None
+        checkpoints = arns[plan.checkpoints_tier] if plan.checkpoints_tier else None
         document = pulumi.Output.all(datasets, checkpoints, args.storage.key_arn).apply(
-            lambda a: json.dumps(iam.node_policy(desc, group, a[0], a[1], a[2])))
+            lambda a: json.dumps(iam.node_policy_for(plan.key_region, plan.teams, a[0], a[1],
+                                                     a[2])))
         policy = aws.iam.Policy(f"{name}-node", policy=document, tags=tags,
-                                description=f"gpupool burst group {args.group} nodes",
+                                description=f"gpupool burst group {plan.group} nodes",
                                 opts=self.child())
         aws.iam.RolePolicyAttachment(f"{name}-node", role=role.name, policy_arn=policy.arn,
                                      opts=self.child())
-        aws.iam.InstanceProfile(f"{name}-node", name=names.run_profile_name(desc, args.group),
+        aws.iam.InstanceProfile(f"{name}-node", name=plan.run_profile,
                                 role=role.name, tags=tags, opts=self.child())
         return role
 
@@ -138,15 +128,15 @@ class BurstPool(Component):
                       ) -> tuple[aws.iam.Role, aws.iam.InstanceProfile]:
         """The boot role and its profile, the launch template's: the munge key (MungeKey
         adds that grant) and the one swap to the run profile (iam.boot_policy)."""
-        desc, group = args.desc, args.desc.burst_groups[args.group]
+        plan = args.plan
         role = _ec2_role(f"{name}-boot", tags, self.child())
         profile = aws.iam.InstanceProfile(
-            f"{name}-boot", name=names.boot_profile_name(desc, args.group), role=role.name,
-            tags=tags, opts=self.child())
+            f"{name}-boot", name=plan.boot_profile, role=role.name, tags=tags,
+            opts=self.child())
         document = pulumi.Output.all(profile.arn, run_role.arn).apply(
-            lambda a: json.dumps(iam.boot_policy(desc, group, a[0], a[1])))
+            lambda a: json.dumps(iam.boot_policy(plan.pool, plan.region, a[0], a[1])))
         policy = aws.iam.Policy(f"{name}-boot", policy=document, tags=tags,
-                                description=f"gpupool burst group {args.group} boot",
+                                description=f"gpupool burst group {plan.group} boot",
                                 opts=self.child())
         aws.iam.RolePolicyAttachment(f"{name}-boot", role=role.name, policy_arn=policy.arn,
                                      opts=self.child())

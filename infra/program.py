@@ -9,7 +9,7 @@ import pulumi_aws as aws
 
 from gpupool.paths import pulumi_project
 from gpupool.render import image
-from gpupool.render.cloud import iam, names
+from gpupool.render.cloud import iam, launch, names
 from gpupool.render.cloud.network import network_plan
 from gpupool.render.cloud.storage import storage_plan
 from gpupool.spec import loader
@@ -44,8 +44,8 @@ def declare(desc: Description) -> None:
                             pulumi.ResourceOptions(providers=[providers[r]]))
               for r in names.regions(desc)}
     bursts = {g: BurstPool(names.burst_name(desc, g),
-                           BurstPoolArgs(desc, g, networks[b.region], storage,
-                                         images[b.region]),
+                           BurstPoolArgs(launch.burst_plan(desc, g), networks[b.region],
+                                         storage, images[b.region]),
                            pulumi.ResourceOptions(providers=[providers[b.region]]))
               for g, b in desc.burst_groups.items()}
     if bursts:

@@ -53,8 +53,7 @@ VERSION_MAJOR = 1
 def artifact_bucket(desc: Description) -> str:
     """The pool's datasets bucket: private, SSE-KMS with the pool key, read by burst nodes
     already; the image's archive sits under its own prefix there."""
-    tier = next((t for t, v in storage.bucket_tiers(desc).items()
-                 if v.purpose is Purpose.DATASETS), None)
+    tier = storage.purpose_tier(desc, Purpose.DATASETS)
     if tier is None:
         raise ValueError("the burst image's artifact lives in the datasets bucket, and the "
                          "description declares no datasets tier")

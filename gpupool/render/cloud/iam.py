@@ -37,9 +37,16 @@ def group_teams(desc: Description, group: BurstGroup) -> list[str]:
 
 def node_policy(desc: Description, group: BurstGroup, datasets_arn: str,
                 checkpoints_arn: str | None, key_arn: str) -> dict[str, Any]:
+    """A burst group's node_policy_for: its teams (group_teams), the pool's cloud region."""
+    return node_policy_for(desc.pool.cloud_region, group_teams(desc, group), datasets_arn,
+                           checkpoints_arn, key_arn)
+
+
+def node_policy_for(key_region: str, teams: list[str], datasets_arn: str,
+                    checkpoints_arn: str | None, key_arn: str) -> dict[str, Any]:
     """Least privilege for a burst node: read datasets, read/write its teams' checkpoint
     prefixes, use the pool key for those objects (through S3 only: the buckets live in
-    the pool's cloud region, whichever region the node is in)."""
+    the pool's cloud region, key_region, whichever region the node is in)."""
     statements: list[dict[str, Any]] = [
         {"Sid": "ReadDatasets", "Effect": "Allow",
          "Action": ["s3:GetObject", "s3:ListBucket"],
@@ -47,9 +54,9 @@ def node_policy(desc: Description, group: BurstGroup, datasets_arn: str,
         {"Sid": "UsePoolKey", "Effect": "Allow",
          "Action": ["kms:Decrypt", "kms:GenerateDataKey"], "Resource": [key_arn],
          "Condition": {"StringEquals": {
-             "kms:ViaService": via_service("s3", desc.pool.cloud_region)}}},
+             "kms:ViaService": via_service("s3", key_region)}}},
     ]
-    prefixes = [f"{t}/*" for t in group_teams(desc, group)]
+    prefixes = [f"{t}/*" for t in teams]
     if checkpoints_arn is not None and prefixes:
         statements += [
             {"Sid": "ListCheckpoints", "Effect": "Allow", "Action": ["s3:ListBucket"],
@@ -94,7 +101,7 @@ def munge_read_policy(desc: Description, group: BurstGroup, secret_arn: str,
     return {"Version": "2012-10-17", "Statement": statements}
 
 
-def boot_policy(desc: Description, group: BurstGroup, boot_profile_arn: str,
+def boot_policy(pool: str, region: str, boot_profile_arn: str,
                 run_role_arn: str) -> dict[str, Any]:
     """What a burst node's boot role may do besides reading the munge key
     (munge_read_policy, which MungeKey grants it): find its instance's profile association
@@ -107,9 +114,9 @@ def boot_policy(desc: Description, group: BurstGroup, boot_profile_arn: str,
          "Action": ["ec2:DescribeIamInstanceProfileAssociations"], "Resource": "*"},
         {"Sid": "SwapBootForRunProfile", "Effect": "Allow",
          "Action": ["ec2:ReplaceIamInstanceProfileAssociation"],
-         "Resource": [f"arn:aws:ec2:{group.region}:*:instance/*"],
+         "Resource": [f"arn:aws:ec2:{region}:*:instance/*"],
          "Condition": {"ArnEquals": {"ec2:InstanceProfile": boot_profile_arn},
-                       "StringEquals": {f"ec2:ResourceTag/{TAG_POOL}": desc.pool.name}}},
+                       "StringEquals": {f"ec2:ResourceTag/{TAG_POOL}": pool}}},
         {"Sid": "PassRunRole", "Effect": "Allow", "Action": ["iam:PassRole"],
          "Resource": [run_role_arn],
          "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}},

@@ -1,7 +1,7 @@
 """A burst node's launch and boot as plain data: its image's parent, its launch template's
 shape (root volume, EFA interfaces, zones) and the user-data that joins it to Slurm
 (templates/burst-user-data.sh.tmpl, rendered by shell_template.py), with the facts it
-leaves on the node.
+leaves on the node; burst_plan gathers what BurstPool declares for a group.
 """
 
 from __future__ import annotations
@@ -9,11 +9,20 @@ from __future__ import annotations
 import ipaddress
 import json
 import shlex
+from dataclasses import dataclass
 from typing import Any
 
 from gpupool.render import node_labels, shell_template
-from gpupool.render.cloud.names import SHARED, TAG_SLURM_NODE, munge_secret_name, run_profile_name
-from gpupool.render.cloud.storage import mount_units
+from gpupool.render.cloud.iam import group_teams
+from gpupool.render.cloud.names import (
+    SHARED,
+    TAG_SLURM_NODE,
+    boot_profile_name,
+    munge_secret_name,
+    run_profile_name,
+    tags,
+)
+from gpupool.render.cloud.storage import mount_units, purpose_tier
 from gpupool.spec import os_release
 from gpupool.spec.catalog import (
     INSTANCE_TYPES,
@@ -23,7 +32,9 @@ from gpupool.spec.facts import controllers
 from gpupool.spec.model import (
     NAME_RE,
     BurstGroup,
+    Capacity,
     Description,
+    Purpose,
 )
 
 ROOT_VOLUME_GIB = 200  # OS, drivers and container image cache
@@ -199,3 +210,50 @@ def user_data(desc: Description, name: str, group: BurstGroup) -> str:
         # Inside double quotes, where the shell expands $node: gpupool's own text.
         verbatim={"spot_watch_unit": SPOT_WATCH_UNIT.format("$node")},
         flags={"kubernetes": desc.kubernetes is not None})
+
+
+@dataclass(frozen=True)
+class BurstPlan:
+    """What BurstPool declares for one burst group: its launch template's shape and
+    user-data, its autoscaling group's bounds and capacity mix, and its two profiles
+    (names, and what their policies need besides the roles' and buckets' ARNs)."""
+
+    group: str
+    region: str
+    pool: str
+    instance_types: list[str]  # the autoscaling group's overrides, in declared order
+    min_nodes: int
+    max_nodes: int
+    zones: list[str]  # group_zones
+    efa_interfaces: int  # efa_interfaces; 0: one plain interface, no placement group
+    spot: bool  # spot allowed: on-demand only up to the base, capacity rebalancing
+    on_demand_base: int
+    # The root volume's key is the pool key where the group lives in the pool's cloud
+    # region (the pool key lives there only); elsewhere the account's EBS key.
+    pool_key_root: bool
+    user_data: str  # user_data, the script itself
+    run_profile: str  # run_profile_name
+    boot_profile: str  # boot_profile_name
+    datasets_tier: str | None  # the buckets the run role reads (iam.node_policy_for)
+    checkpoints_tier: str | None
+    teams: list[str]  # iam.group_teams: whose checkpoints the run role reaches
+    key_region: str  # the pool key's
+    tags: dict[str, str]
+
+
+def burst_plan(desc: Description, name: str) -> BurstPlan:
+    """BurstPool's args for a burst group."""
+    group = desc.burst_groups[name]
+    return BurstPlan(
+        group=name, region=group.region, pool=desc.pool.name,
+        instance_types=list(group.instance_types), min_nodes=group.min_nodes,
+        max_nodes=group.max_nodes, zones=group_zones(group),
+        efa_interfaces=efa_interfaces(group), spot=Capacity.SPOT in group.capacity,
+        on_demand_base=group.on_demand_base if Capacity.ON_DEMAND in group.capacity else 0,
+        pool_key_root=group.region == desc.pool.cloud_region,
+        user_data=user_data(desc, name, group), run_profile=run_profile_name(desc, name),
+        boot_profile=boot_profile_name(desc, name),
+        datasets_tier=purpose_tier(desc, Purpose.DATASETS),
+        checkpoints_tier=purpose_tier(desc, Purpose.CHECKPOINTS),
+        teams=group_teams(desc, group), key_region=desc.pool.cloud_region,
+        tags=tags(desc, group.team, **{"burst-group": name}))

@@ -38,6 +38,11 @@ def bucket_tiers(desc: Description) -> dict[str, StorageTier]:
     return {n: t for n, t in desc.storage_tiers.items() if is_bucket_tier(t)}
 
 
+def purpose_tier(desc: Description, purpose: Purpose) -> str | None:
+    """The first bucket tier of a purpose, in description order, or None."""
+    return next((n for n, t in bucket_tiers(desc).items() if t.purpose is purpose), None)
+
+
 def tier_of_bucket(desc: Description, bucket: str) -> str | None:
     return next((t for t in bucket_tiers(desc) if bucket_name(desc, t) == bucket), None)
 
@@ -97,8 +102,7 @@ def lustre_import_tier(desc: Description) -> str | None:
     when the description declares both."""
     if scratch_tier(desc) is None:
         return None
-    return next((t for t, v in bucket_tiers(desc).items() if v.purpose is Purpose.DATASETS),
-                None)
+    return purpose_tier(desc, Purpose.DATASETS)
 
 
 def bucket_policy(desc: Description, tier: str) -> dict[str, Any]:
