@@ -50,7 +50,8 @@ def declare(desc: Description) -> None:
               for g, b in desc.burst_groups.items()}
     if bursts:
         munge = MungeKey(f"{pool}-munge-key", MungeKeyArgs(
-            desc, storage.key_arn, {g: b.boot_role for g, b in bursts.items()}), home)
+            iam.munge_plan(desc), storage.key_arn,
+            {g: b.boot_role for g, b in bursts.items()}), home)
         pulumi.export("munge_key_secret", munge.secret_arn)
         # Operators attach it to the identity the controller's resume/suspend run with.
         pulumi.export("burst_launcher_policy",

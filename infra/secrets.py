@@ -8,14 +8,14 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from gpupool.render.cloud import iam, names
-from gpupool.spec.model import Description
+from gpupool.render.cloud import iam
+from gpupool.render.cloud.iam import MungePlan
 from infra.components import Component
 
 
 @dataclass(frozen=True)
 class MungeKeyArgs:
-    desc: Description
+    plan: MungePlan
     key_arn: pulumi.Input[str]  # the pool key (StorageTiers), in the pool's cloud region
     # burst group -> its nodes' boot role (the run role they swap to reads no secret)
     roles: dict[str, aws.iam.Role]
@@ -43,15 +43,11 @@ class MungeKey(Component):
     def __init__(self, name: str, args: MungeKeyArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("MungeKey", name, opts)
-        desc = args.desc
-        home = desc.pool.cloud_region
-        # Elsewhere the replica uses that region's aws/secretsmanager key: the pool key
-        # lives in the cloud region only, as for the launch template's volumes.
-        replicas = sorted({g.region for g in desc.burst_groups.values()} - {home})
+        plan = args.plan
         secret = aws.secretsmanager.Secret(
-            name, name=names.munge_secret_name(desc), kms_key_id=args.key_arn,
-            description=f"gpupool {desc.pool.name} munge key (read by burst nodes only)",
-            replicas=[{"region": r} for r in replicas], tags=names.tags(desc),
+            name, name=plan.secret_name, kms_key_id=args.key_arn,
+            description=f"gpupool {plan.pool} munge key (read by burst nodes only)",
+            replicas=[{"region": r} for r in plan.replicas], tags=plan.tags,
             opts=self.child())
         role_arns = [args.roles[g].arn for g in sorted(args.roles)]
         aws.secretsmanager.SecretPolicy(
@@ -60,11 +56,11 @@ class MungeKey(Component):
                 lambda arns: json.dumps(iam.munge_secret_policy(list(arns)))),
             opts=self.child())
         for group_name, role in sorted(args.roles.items()):
-            group = desc.burst_groups[group_name]
             aws.iam.RolePolicy(
                 f"{name}-{group_name}", role=role.name,
                 policy=pulumi.Output.all(secret.arn, args.key_arn).apply(
-                    lambda a, g=group: json.dumps(iam.munge_read_policy(desc, g, a[0], a[1]))),
+                    lambda a, r=plan.group_regions[group_name]: json.dumps(
+                        iam.munge_read_policy_in(r, plan.home_region, a[0], a[1]))),
                 opts=self.child())
         self.secret_arn = secret.arn
-        self.register_outputs({"secret_arn": secret.arn})
+        self.register_outputs({"secret_arn": self.secret_arn})

@@ -1,8 +1,8 @@
 """The components register every output they expose: what a caller reads of StorageTiers,
-NetworkSegments, HybridLink, PrivateEgress, BurstImage and BurstPool (their public
-annotated attributes) is what each hands
-register_outputs, the very values, so Pulumi's state and a stack reference see the same
-outputs as the program (run under gpupool.preview.pulumi_mock, every shipped stack)."""
+NetworkSegments, HybridLink, PrivateEgress, BurstImage, BurstPool and MungeKey (their
+public annotated attributes) is what each hands register_outputs, the very values, so
+Pulumi's state and a stack reference see the same outputs as the program (run under
+gpupool.preview.pulumi_mock, every shipped stack)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,12 @@ from infra.components import Component
 from infra.hybrid import HybridLink, PrivateEgress
 from infra.image import BurstImage
 from infra.network import NetworkSegments
+from infra.secrets import MungeKey
 from infra.storage import StorageTiers
 from tests.conftest import ROOT
 
-CHECKED = (StorageTiers, NetworkSegments, HybridLink, PrivateEgress, BurstImage, BurstPool)
+CHECKED = (StorageTiers, NetworkSegments, HybridLink, PrivateEgress, BurstImage, BurstPool,
+           MungeKey)
 
 
 def _public_outputs(kind: type[Component]) -> set[str]:

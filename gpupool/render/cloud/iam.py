@@ -1,14 +1,24 @@
 """The pool's IAM policies as plain data: a burst node's run (node) and boot roles, the
-munge key's readers, the controller's burst launcher, its backups and its tier copies.
+munge key's readers, the controller's burst launcher, its backups and its tier copies;
+munge_plan gathers what MungeKey declares.
 
 infra/burst.py, infra/secrets.py and infra/cluster.py attach them.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from gpupool.render.cloud.names import TAG_POOL, TAG_SLURM_NODE, bucket_name, regions, via_service
+from gpupool.render.cloud.names import (
+    TAG_POOL,
+    TAG_SLURM_NODE,
+    bucket_name,
+    munge_secret_name,
+    regions,
+    tags,
+    via_service,
+)
 from gpupool.render.scheduling import team_quotas
 from gpupool.spec.catalog import (
     CONTROLLER_BACKUP_PREFIX,
@@ -82,12 +92,19 @@ def secret_arn_in(arn: str, region: str) -> str:
 
 def munge_read_policy(desc: Description, group: BurstGroup, secret_arn: str,
                       key_arn: str) -> dict[str, Any]:
-    """A burst node may read the munge key, in its own region, and nothing else of Secrets
-    Manager; it may decrypt it with the pool key only through Secrets Manager and only for
-    that secret. A replica elsewhere is encrypted with that region's aws/secretsmanager
+    """A burst group's munge_read_policy_in: its region, the pool's cloud region."""
+    return munge_read_policy_in(group.region, desc.pool.cloud_region, secret_arn, key_arn)
+
+
+def munge_read_policy_in(region: str, home_region: str, secret_arn: str,
+                         key_arn: str) -> dict[str, Any]:
+    """A burst node may read the munge key, in its own region (region; the secret lives
+    in home_region, the pool's cloud region), and nothing else of Secrets Manager; it may
+    decrypt it with the pool key only through Secrets Manager and only for that secret.
+    A replica elsewhere is encrypted with that region's aws/secretsmanager
     key, which Secrets Manager uses on the caller's behalf: no KMS statement is needed."""
-    home = group.region == desc.pool.cloud_region
-    arn = secret_arn if home else secret_arn_in(secret_arn, group.region)
+    home = region == home_region
+    arn = secret_arn if home else secret_arn_in(secret_arn, region)
     statements: list[dict[str, Any]] = [
         {"Sid": "ReadMungeKey", "Effect": "Allow", "Action": ["secretsmanager:GetSecretValue"],
          "Resource": [arn]}]
@@ -96,7 +113,7 @@ def munge_read_policy(desc: Description, group: BurstGroup, secret_arn: str,
             {"Sid": "DecryptMungeKey", "Effect": "Allow", "Action": ["kms:Decrypt"],
              "Resource": [key_arn], "Condition": {
                  "StringEquals": {
-                     "kms:ViaService": f"secretsmanager.{group.region}.amazonaws.com",
+                     "kms:ViaService": f"secretsmanager.{region}.amazonaws.com",
                      "kms:EncryptionContext:SecretARN": arn}}})
     return {"Version": "2012-10-17", "Statement": statements}
 
@@ -131,6 +148,31 @@ def munge_secret_policy(role_arns: list[str]) -> dict[str, Any]:
         {"Sid": "OnlyBurstNodesRead", "Effect": "Deny", "Principal": "*",
          "Action": ["secretsmanager:GetSecretValue"], "Resource": "*",
          "Condition": {"ArnNotEquals": {"aws:PrincipalArn": sorted(role_arns)}}}]}
+
+
+@dataclass(frozen=True)
+class MungePlan:
+    """What MungeKey declares: the secret in the pool's cloud region with its replicas in
+    the other burst regions, and each burst group's region, where its nodes read it."""
+
+    pool: str
+    secret_name: str  # munge_secret_name
+    replicas: list[str]  # the burst regions but the pool's cloud region, sorted
+    group_regions: dict[str, str]  # burst group -> its region (munge_read_policy_in)
+    home_region: str  # the pool's cloud region
+    tags: dict[str, str]
+
+
+def munge_plan(desc: Description) -> MungePlan:
+    """MungeKey's args."""
+    home = desc.pool.cloud_region
+    return MungePlan(
+        pool=desc.pool.name, secret_name=munge_secret_name(desc),
+        # Elsewhere the replica uses that region's aws/secretsmanager key: the pool key
+        # lives in the cloud region only, as for the launch template's volumes.
+        replicas=sorted({g.region for g in desc.burst_groups.values()} - {home}),
+        group_regions={n: g.region for n, g in desc.burst_groups.items()},
+        home_region=home, tags=tags(desc))
 
 
 def _ec2_arns(desc: Description, account: str, kind: str) -> list[str]:
