@@ -9,14 +9,13 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from gpupool.render.k8s_objects import KUEUE_API, Manifest, manifests, object_key
-from gpupool.spec.model import Description
+from gpupool.render.k8s_objects import KUEUE_API, ClusterPlan, Manifest, object_key
 from infra.components import Component
 
 
 @dataclass(frozen=True)
 class ClusterServicesArgs:
-    desc: Description
+    plan: ClusterPlan
 
 
 class KueueObject(k8s.apiextensions.CustomResource):
@@ -66,12 +65,11 @@ class ClusterServices(Component):
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("ClusterServices", name, opts)
         namespaces: dict[str, pulumi.CustomResource] = {}
-        for m in manifests(args.desc):
+        for m in args.plan.manifests:
             ns = m["metadata"].get("namespace")
             # Namespaced objects wait for their namespace.
             res = declare(m, self.child(depends_on=[namespaces[ns]] if ns else []))
             if m["kind"] == "Namespace":
                 namespaces[m["metadata"]["name"]] = res
-        self.queues = {team: {"namespace": team, "local_queue": team, "cluster_queue": team}
-                       for team in args.desc.teams}
+        self.queues = args.plan.queues
         self.register_outputs({"queues": self.queues})

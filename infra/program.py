@@ -8,7 +8,7 @@ import pulumi
 import pulumi_aws as aws
 
 from gpupool.paths import pulumi_project
-from gpupool.render import image
+from gpupool.render import image, k8s_objects
 from gpupool.render.cloud import iam, launch, names
 from gpupool.render.cloud.network import network_plan
 from gpupool.render.cloud.storage import storage_plan
@@ -63,7 +63,7 @@ def declare(desc: Description) -> None:
     if (sync := _tier_sync_policy(desc, storage, home)) is not None:
         # Operators attach it to the identity the controller's tier copies run with.
         pulumi.export("tier_sync_policy", sync.arn)
-    cluster = ClusterServices(pool, ClusterServicesArgs(desc))
+    cluster = ClusterServices(pool, ClusterServicesArgs(k8s_objects.cluster_plan(desc)))
 
     pulumi.export("onprem_segments", {
         "segments": {n: s.model_dump(mode="json") for n, s in desc.network.segments.items()},

@@ -1,8 +1,8 @@
 """The components register every output they expose: what a caller reads of StorageTiers,
-NetworkSegments, HybridLink, PrivateEgress, BurstImage, BurstPool and MungeKey (their
-public annotated attributes) is what each hands register_outputs, the very values, so
-Pulumi's state and a stack reference see the same outputs as the program (run under
-gpupool.preview.pulumi_mock, every shipped stack)."""
+NetworkSegments, HybridLink, PrivateEgress, BurstImage, BurstPool, MungeKey and
+ClusterServices (their public annotated attributes) is what each hands register_outputs,
+the very values, so Pulumi's state and a stack reference see the same outputs as the
+program (run under gpupool.preview.pulumi_mock, every shipped stack)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from gpupool.preview import plan
 from gpupool.spec import loader
 from infra.burst import BurstPool
+from infra.cluster import ClusterServices
 from infra.components import Component
 from infra.hybrid import HybridLink, PrivateEgress
 from infra.image import BurstImage
@@ -23,7 +24,7 @@ from infra.storage import StorageTiers
 from tests.conftest import ROOT
 
 CHECKED = (StorageTiers, NetworkSegments, HybridLink, PrivateEgress, BurstImage, BurstPool,
-           MungeKey)
+           MungeKey, ClusterServices)
 
 
 def _public_outputs(kind: type[Component]) -> set[str]:

@@ -2,7 +2,8 @@
 
 Quotas, priorities and preemption come from gpupool.render.scheduling (the model Slurm is
 rendered from too), so the two schedulers can be checked to agree. The Pulumi program
-declares exactly these manifests; tests validate them against the API schemas.
+declares exactly these manifests (cluster_plan, ClusterServices' args); tests validate
+them against the API schemas.
 """
 
 from __future__ import annotations
@@ -438,6 +439,23 @@ def manifests(desc: Description) -> list[Manifest]:
     for team in desc.teams:
         out += team_objects(desc, team, pool)
     return out
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    """What ClusterServices declares: every manifest, and per team where its users submit
+    (the namespace, LocalQueue and ClusterQueue the stack exports)."""
+
+    manifests: list[Manifest]
+    queues: dict[str, dict[str, str]]
+
+
+def cluster_plan(desc: Description) -> ClusterPlan:
+    """ClusterServices' args."""
+    return ClusterPlan(
+        manifests=manifests(desc),
+        queues={team: {"namespace": team, "local_queue": team, "cluster_queue": team}
+                for team in desc.teams})
 
 
 def object_key(m: Manifest) -> str:
