@@ -1,7 +1,7 @@
 """The suite's Debian 13 lab (tests/conftest.py, debian13_lab_raw): a controller and a GPU
 node booted from a debootstrapped trixie image, converged by playbooks/site.yml with the
 lab stack's Debian 13 lock (Slurm 24.11, the NVIDIA 550 userspace), re-run for idempotence
-and gated at the standard tier; wall seconds for each step, and the versions the hosts
+and in check mode, gated at the standard tier and given a one-GPU job; wall seconds for each step, and the versions the hosts
 report.
 
 tests/integration/test_debian13_lab.py measures these as it proves them and writes
@@ -18,7 +18,7 @@ import bench
 
 TEST = "tests/integration/test_debian13_lab.py"
 SHAPE = {"hosts": int, "up_s": float, "converge_s": float, "idempotence_s": float,
-         "gate_s": float, "job_s": float, "debian_version": str, "slurm_version": str,
+         "check_s": float, "gate_s": float, "job_s": float, "debian_version": str, "slurm_version": str,
          "python_version": str}
 
 

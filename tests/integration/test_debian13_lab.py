@@ -1,5 +1,5 @@
-"""The Debian 13 lane: the roles converge, re-run without a change and gate on Debian 13
-(trixie) hosts, and Slurm 24.11 from trixie's archive runs a GPU job.
+"""The Debian 13 lane: the roles converge, re-run without a change (and in check mode) and
+gate on Debian 13 (trixie) hosts, and Slurm 24.11 from trixie's archive runs a GPU job.
 
 The suite's Debian 13 lab (tests/conftest.py, debian13_lab_raw) is the lab stack's primary
 controller and one GPU node with their classes on `os: debian-13`, brought up beside the
@@ -63,6 +63,8 @@ def test_debian13_converges_idempotently_gates_and_runs_a_gpu_job(
     second = ansible_playbook(inv, "playbooks/site.yml")
     assert second.rc == 0, second.output[-6000:]
     assert second.total("changed") == 0, second.output[-6000:]
+    check = ansible_playbook(inv, "playbooks/site.yml", "--check")
+    assert check.rc == 0 and check.total("changed") == 0, check.output[-6000:]
 
     # The hosts run what the Debian 13 lock names, from trixie's archive.
     lock = os_release.versions(desc, OsRelease.DEBIAN_13)
@@ -93,6 +95,6 @@ def test_debian13_converges_idempotently_gates_and_runs_a_gpu_job(
 
     bench.write("debian13_lab", {
         "hosts": len(desc.nodes), "up_s": up_s, "converge_s": first.seconds,
-        "idempotence_s": second.seconds, "gate_s": gate_s, "job_s": job_s,
+        "idempotence_s": second.seconds, "check_s": check.seconds, "gate_s": gate_s, "job_s": job_s,
         "debian_version": debian, "slurm_version": slurm, "python_version": python},
         f"pytest -m integration {bench.debian13_lab.TEST}")
