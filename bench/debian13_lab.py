@@ -1,8 +1,8 @@
 """The suite's Debian 13 lab (tests/conftest.py, debian13_lab_raw): a controller and a GPU
 node booted from a debootstrapped trixie image, converged by playbooks/site.yml with the
 lab stack's Debian 13 lock (Slurm 24.11, the NVIDIA 550 userspace), re-run for idempotence
-and in check mode, gated at the standard tier and given a one-GPU job; wall seconds for each step, and the versions the hosts
-report.
+and in check mode, gated at the standard tier and given a one-GPU job; wall seconds for
+each step, and the versions the hosts report.
 
 tests/integration/test_debian13_lab.py measures these as it proves them and writes
 bench/results/debian13_lab.json; this runs that test.
