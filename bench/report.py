@@ -46,6 +46,8 @@ HEADLINES: list[Figure] = [
     ("failing node drained by the health check", "drills",
      "health-check.health_check_s", "s"),
     ("one node onboarded, bare to admitted", "onboard", "runs.0.converge_s", "s"),
+    ("Debian 13 lab (controller, GPU node): converge from bare / re-run", "debian13_lab",
+     "converge_s idempotence_s", "s"),
     ("scheduler exporter, one scrape of 10,000 jobs on 1,000 nodes", "exporter",
      "sizes.2.cpu_s_per_scrape", "CPU-s"),
     ("GPU utilization while saturated, gpupool / baseline", "replay",
@@ -77,6 +79,11 @@ RUNBOOK_FIGURES: dict[str, list[Figure]] = {
         ("drill: urgent job started / victim running again", "drills",
          "preemption.urgent_start_s preemption.time_to_resume_s", "s"),
         ("drill: steps the victim lost", "drills", "preemption.steps_lost", "steps"),
+    ],
+    "debian-release-upgrade.md": [
+        ("Debian 13 controller and GPU node: converge from bare / re-run", "debian13_lab",
+         "converge_s idempotence_s", "s"),
+        ("Debian 13 nodes: standard gate, every node", "debian13_lab", "gate_s", "s"),
     ],
     "driver-upgrade.md": [
         ("upgrade to the lock, node by node, a job requeued", "rolling_upgrade",
