@@ -18,8 +18,8 @@ import bench
 
 TEST = "tests/integration/test_debian13_lab.py"
 SHAPE = {"hosts": int, "up_s": float, "converge_s": float, "idempotence_s": float,
-         "check_s": float, "gate_s": float, "job_s": float, "debian_version": str, "slurm_version": str,
-         "python_version": str}
+         "check_s": float, "gate_s": float, "job_s": float, "debian_version": str,
+         "slurm_version": str, "python_version": str}
 
 
 def main() -> int:
