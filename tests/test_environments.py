@@ -80,6 +80,17 @@ def test_a_cuda_runtime_newer_than_the_driver_is_refused() -> None:
     assert "CUDA 12.8 Update 1" in p.message
 
 
+def test_each_release_s_driver_must_run_the_image() -> None:
+    """Nodes of a release with its own driver lock run the image under that driver: a
+    runtime it cannot run is refused, naming the release's lock."""
+    data = _with(cuda="12.8.1")
+    data["software"]["per_release"] = {"debian-13": {"nvidia_driver": "560.35.05"}}
+    [p] = [p for p in _problems(data) if p.rule == "image-cuda-driver"]
+    assert p.path == "environment_images.pytorch.cuda"
+    assert "software.per_release.debian-13.nvidia_driver is locked at 560.35.05 " \
+           "(debian-13 nodes)" in p.message
+
+
 def test_the_strict_toolkit_column_decides() -> None:
     # 12.x's minor-version compatibility floor (525) would pass 12.4 on 535: the rule does
     # not, since 12.4 GA's toolkit needs 550.54.14.

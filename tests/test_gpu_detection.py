@@ -152,6 +152,21 @@ def test_validate_prints_the_notice_and_lists_it_in_json(
     assert cli.main(["validate", "--file", str(path)]) == cli.EXIT_OK
     assert "note: GPU detection: " in capsys.readouterr().out
     assert cli.main(["validate", "--stack", "example", "--json"]) == cli.EXIT_OK
-    # The example's Debian 13 nodes have NVML; its one notice is the unproven release.
-    (notice,) = json.loads(capsys.readouterr().out)["notices"]
-    assert notice.startswith("nodes on debian-13:")
+    # The example's Debian 13 nodes have NVML, on a release the lab proves: no notice.
+    assert json.loads(capsys.readouterr().out)["notices"] == []
+
+
+def test_detection_follows_the_release_s_own_slurm_lock() -> None:
+    """A pool whose `software.slurm` is Debian 12's while every node runs Debian 13 with its
+    own Slurm (software.per_release): gres.conf, the plugin and validate's notice follow
+    the Slurm the nodes install, not the pool-wide lock nobody runs (before: AutoDetect=off
+    and no plugin on Debian 13 nodes that could have NVML)."""
+    raw = raw_stack("example")
+    raw["software"]["slurm"] = "22.05.8-4+deb12u3"
+    raw["software"]["per_release"] = {"debian-13": {"slurm": "24.11.5-4+deb13u1"}}
+    desc = loader.parse(raw)
+    assert slurm.gres_conf(desc)[0] == "AutoDetect=nvml"
+    assert slurm.plan(desc)["gpu_detection"]["plugin_version"] == "24.11.5-2"
+    assert gpu_detection.notice(desc) is None
+    region = next(iter(desc.burst_groups.values())).region
+    assert inventory.burst_image_vars(desc, region)["slurm_nvml_plugin_version"] == "24.11.5-2"

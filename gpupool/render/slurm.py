@@ -33,6 +33,7 @@ from gpupool.render.cloud import launch, names
 from gpupool.render.cloud.launch import controller_addresses
 from gpupool.render.scheduling import ClassPolicy, class_policies, preemption_pairs, team_share
 from gpupool.spec import gpu_detection as gpu_detection_spec
+from gpupool.spec import os_release
 from gpupool.spec.catalog import BURST_SEGMENT, SLURM_MAX_PRIORITY_TIER, SRUN_PORTS
 from gpupool.spec.facts import (
     burst_capacity_split,
@@ -382,9 +383,10 @@ def _range(first: int, count: int) -> str:
 
 
 def gpu_detection(desc: Description) -> gpu_detection_spec.Detection:
-    """How slurmd finds GPUs with the locked Slurm (gpupool/spec/gpu_detection.py): NVML
-    autodetection where the plugin fits the lock, else the device files gres.conf names."""
-    return gpu_detection_spec.resolve(desc.software.slurm)
+    """How slurmd finds GPUs with the locked Slurm of the pool's release
+    (gpupool/spec/gpu_detection.py, os_release.slurm_lock): NVML autodetection where the
+    plugin fits the lock, else the device files gres.conf names."""
+    return gpu_detection_spec.resolve(os_release.slurm_lock(desc))
 
 
 def gres_conf(desc: Description) -> list[str]:

@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from gpupool.paths import DATA
-from gpupool.spec import floors
+from gpupool.spec import floors, os_release
 from gpupool.spec.model import Description
 
 DATA_FILE = DATA / "slurm-gpu-detection" / "nvml-plugin.yaml"
@@ -147,7 +147,7 @@ def notice(desc: Description) -> str | None:
         return None
     gpus = any(c.gpu is not None for c in desc.node_classes.values()) or bool(
         desc.burst_groups)
-    detection = for_lock(desc.software.slurm)
+    detection = for_lock(os_release.slurm_lock(desc))
     if not gpus or detection is None or detection.available:
         return None
     return (f"GPU detection: {detection.reason}. gres.conf names each GPU's device file "

@@ -43,6 +43,15 @@ def versions(desc: Description, release: OsRelease) -> dict[str, str]:
     return {k: v for k, v in lock(desc, release).items() if k != "blocklist"}
 
 
+def lock_path(desc: Description, release: OsRelease, component: str) -> str:
+    """Where the description declares the version of `component` that nodes of `release`
+    install: the release's own entry of software.per_release, else the pool's."""
+    own = desc.software.per_release.get(release)
+    if own is not None and getattr(own, component) is not None:
+        return f"software.per_release.{release.value}.{component}"
+    return f"software.{component}"
+
+
 def locked_versions(desc: Description) -> Iterator[tuple[str, str, str]]:
     """(path, component, version) for each version the lock names, blocklist aside: the
     pool's, then each release's own (software.per_release)."""
@@ -139,6 +148,14 @@ def notice(desc: Description) -> str | None:
     return (f"nodes on {', '.join(unproven)}: gpupool's roles and acceptance gate are "
             f"proven on {', '.join(r.value for r in PROVEN)} only, and the gate refuses "
             "any other release until its lab proves it")
+
+
+def slurm_lock(desc: Description) -> str:
+    """The Slurm the pool's daemons run, for what is chosen once for the whole cluster
+    (gres.conf's autodetection, the NVML plugin): the lock of the controllers' release,
+    which every slurmd of the pool is one they accept. Not `software.slurm` alone: a
+    release's own entry of `software.per_release` replaces it on that release's nodes."""
+    return versions(desc, burst_release(desc))["slurm"]
 
 
 def burst_release(desc: Description) -> OsRelease:

@@ -692,12 +692,15 @@ def environment_image_users(desc: Description) -> Iterator[Problem]:
             seen.setdefault(key, i)
 
 
-@rule("environment_images", "software")
+@rule("environment_images", "software", "node_classes", "nodes")
 def environment_image_cuda(desc: Description) -> Iterator[Problem]:
     """An image's CUDA runtime needs at least the driver its toolkit release was made for
     (NVIDIA's table, gpupool/data/cuda-driver): a runtime newer than the locked driver
-    supports fails the job at its first CUDA call, on every node."""
-    driver = desc.software.nvidia_driver
+    supports fails the job at its first CUDA call, on every node. Each release the pool's
+    nodes and burst nodes run has its own driver lock (software.per_release): an image
+    must run under each."""
+    releases = {*os_release.releases_in_use(desc), os_release.burst_release(desc)}
+    drivers = {os_release.versions(desc, r)["nvidia_driver"]: r for r in sorted(releases)}
     for name, image in desc.environment_images.items():
         path = f"environment_images.{name}.cuda"
         row = cuda_driver.release(image.cuda)
@@ -705,10 +708,14 @@ def environment_image_cuda(desc: Description) -> Iterator[Problem]:
             yield Problem(path, "image-cuda-known",
                           unknown("CUDA release (gpupool/data/cuda-driver)", image.cuda,
                                   cuda_driver.releases()), image.cuda)
-        elif not cuda_driver.runs_on(row, driver):
-            yield Problem(path, "image-cuda-driver",
-                          f"{row.label} needs NVIDIA driver {row.driver} or later; "
-                          f"software.nvidia_driver is locked at {driver}", image.cuda)
+            continue
+        for driver, release in drivers.items():
+            if not cuda_driver.runs_on(row, driver):
+                where = os_release.lock_path(desc, release, "nvidia_driver")
+                yield Problem(path, "image-cuda-driver",
+                              f"{row.label} needs NVIDIA driver {row.driver} or later; "
+                              f"{where} is locked at {driver} ({release.value} nodes)",
+                              image.cuda)
 
 
 @rule("pool", "software", "node_classes", "nodes")
@@ -1270,10 +1277,7 @@ def release_slurm_suite(desc: Description) -> Iterator[Problem]:
                       if floors.parse(s.slurm).upstream == upstream), None)
         if own is None or other is None or other is own:
             continue
-        field = ("software.slurm" if release not in desc.software.per_release
-                 or desc.software.per_release[release].slurm is None
-                 else f"software.per_release.{release.value}.slurm")
-        yield Problem(field, "release-slurm-suite",
+        yield Problem(os_release.lock_path(desc, release, "slurm"), "release-slurm-suite",
                       f"Slurm {upstream} is Debian {other.debian}'s ({other.codename} "
                       f"carries {other.slurm}); nodes on {release.value} install from "
                       f"{own.codename}, which carries {own.slurm}: lock that release's "
