@@ -151,3 +151,16 @@ def test_the_gate_bundle_is_packed_once_for_the_same_inputs(tmp_path: Path) -> N
     out.write_bytes(b"not the archive")
     pack()
     assert out.read_bytes() == packed
+
+
+@pytest.mark.parametrize("python", ["3.12", "3", "3.13; rm -rf /", ""])
+def test_the_gate_bundle_refuses_a_python_no_node_runs(python: str, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    """The archive is packed for a Debian release's CPython (3.11 on 12, 3.13 on 13): any
+    other --python is refused with the ones it takes, and nothing is written."""
+    out = tmp_path / "gate-bundle.tar.gz"
+    assert bundle.main([str(out), "--python", python]) == 2
+    assert "--python must be one of 3.11, 3.13" in capsys.readouterr().err
+    assert not out.exists()
+

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from gpupool.lab import hosts, mirror
 from gpupool.spec import loader
-from gpupool.spec.model import Description
+from gpupool.spec.model import Description, OsRelease
 
 
 def _desc() -> Description:
@@ -159,3 +161,27 @@ def test_host_keys_are_recorded_per_host_and_verified_by_every_ssh(monkeypatch, 
     args = " ".join(hosts.ssh_args(desc))
     assert "StrictHostKeyChecking=yes" in args and "/dev/null" not in args
     assert f"UserKnownHostsFile={hosts.known_hosts_path(desc)}" in args
+
+
+def test_a_lab_boots_its_classes_release() -> None:
+    """Each lab boots the image of its node classes' release, one release per lab (Slurm
+    22.05 and 24.11 cannot share one), from that release's suite and mirror."""
+    from tests.conftest import debian13_lab_raw  # noqa: PLC0415
+
+    assert hosts.lab_recipe(_desc()).suite == "bookworm"
+    trixie = loader.parse(debian13_lab_raw())
+    recipe = hosts.lab_recipe(trixie)
+    assert (recipe.suite, recipe.name) == ("trixie", "gpupool-base-trixie")
+    assert hosts.image_ref(recipe) != hosts.image_ref(hosts.lab_recipe(_desc()))
+    assert "deb http://deb.debian.org/debian trixie main contrib non-free" in \
+        mirror.debian_sources(OsRelease.DEBIAN_13)
+
+
+def test_a_lab_of_two_releases_is_refused_with_a_message() -> None:
+    # Built past validation, which refuses the mix too (rule slurm-release-window).
+    desc = Description.model_construct(**{**_desc().__dict__, "node_classes": {
+        **_desc().node_classes,
+        "ctl": _desc().node_classes["ctl"].model_copy(update={"os": OsRelease.DEBIAN_13})}})
+    with pytest.raises(hosts.LabError, match="the lab runs one Debian release, the "
+                       "description declares nodes on debian-12, debian-13"):
+        hosts.lab_release(desc)

@@ -21,6 +21,7 @@ import bench
 import bench.debian13_lab
 from gpupool.gate import runner as gate_runner
 from gpupool.lab import hosts as labmod
+from gpupool.render.cloud import launch
 from gpupool.spec import loader, os_release
 from gpupool.spec.model import Description, OsRelease
 from tests.conftest import DEBIAN13_POOL, debian13_lab_raw, write_suite_description
@@ -76,6 +77,9 @@ def test_debian13_converges_idempotently_gates_and_runs_a_gpu_job(
     assert smi.startswith(lock["nvidia_driver"] + "-"), smi
     python = _on(desc, GPU_NODE, "python3 -c 'import sys; print(sys.version.split()[0])'")
     assert python.startswith(OsRelease.DEBIAN_13.python + ".")
+    # The node's gate is the archive packed for its Python: its compiled wheels load.
+    _on(desc, GPU_NODE, f"PYTHONPATH={launch.GATE_LIB} python3 -c "
+                        "'import pydantic_core, gpupool.gate.health'")
 
     # Every node passes the standard gate, its OS check included (debian 13 declared).
     start = time.monotonic()
