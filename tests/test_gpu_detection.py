@@ -111,6 +111,20 @@ def test_the_lab_keeps_its_fixture_files_and_installs_no_plugin_on_bookworm() ->
     assert plan["suite"] == "bookworm"
 
 
+def test_a_debian_13_lab_installs_no_plugin_either() -> None:
+    """The trixie Slurm fits the plugin, but a lab host's sources carry no contrib and its
+    gres.conf names fixture devices: the role installs none there (the Debian 13 lane once
+    failed on `No package matching 'slurm-wlm-nvml-plugin'`)."""
+    from tests.conftest import debian13_lab_raw  # noqa: PLC0415
+
+    lab = loader.parse(debian13_lab_raw())
+    plan = slurm.plan(lab)["gpu_detection"]
+    assert plan["suite"] == "trixie" and plan["plugin_version"] is None
+    assert not any(line.startswith("AutoDetect") for line in slurm.gres_conf(lab))
+    region = next(iter(lab.burst_groups.values())).region
+    assert inventory.burst_image_vars(lab, region)["slurm_nvml_plugin_version"] == ""
+
+
 def test_the_role_installs_the_resolved_plugin_and_the_image_gets_it_too() -> None:
     """The slurm role's default reads the plan's plugin version; a burst image, which has
     no plan, is handed it among its variables."""

@@ -247,7 +247,7 @@ def burst_image_vars(desc: Description, region: str) -> dict[str, Any]:
         "gpupool_description_file": "",
         # The slurm role's NVML plugin for the image's slurmd (its default reads the
         # pool's Slurm plan, which an image build has none of): empty where none fits.
-        "slurm_nvml_plugin_version": slurm.gpu_detection(desc).plugin_version or "",
+        "slurm_nvml_plugin_version": slurm.nvml_plugin_version(desc) or "",
         "gpupool_node": {
             "name": f"burst-image-{region}",
             "roles": ["compute"],

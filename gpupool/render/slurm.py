@@ -389,6 +389,13 @@ def gpu_detection(desc: Description) -> gpu_detection_spec.Detection:
     return gpu_detection_spec.resolve(os_release.slurm_lock(desc))
 
 
+def nvml_plugin_version(desc: Description) -> str | None:
+    """The NVML plugin build the slurm role installs on GPU nodes (None: none). The lab
+    installs none: its gres.conf names fixture devices, and its hosts' apt sources are the
+    lab mirror and Debian's main, without the plugin's contrib."""
+    return None if is_lab(desc) else gpu_detection(desc).plugin_version
+
+
 def gres_conf(desc: Description) -> list[str]:
     """Which devices each node's GPUs are, for slurmd.
 
@@ -585,6 +592,7 @@ def plan(desc: Description) -> dict[str, Any]:
         # The NVML plugin the role installs on GPU nodes (plugin_version None: none; the lab
         # installs none either, its gres.conf names fixture devices) and why.
         "gpu_detection": {**gpu_detection(desc).plan(),
+                          "plugin_version": nvml_plugin_version(desc),
                           **({"autodetect": None} if is_lab(desc) else {})},
         "topology_conf": topology_conf(desc),
         "cgroup_conf": cgroup_conf(desc),

@@ -11,6 +11,7 @@ rest of the suite's proofs (drills, failover, monitoring, the replay).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +26,7 @@ from gpupool.render.cloud import launch
 from gpupool.spec import loader, os_release
 from gpupool.spec.model import Description, OsRelease
 from tests.conftest import DEBIAN13_POOL, debian13_lab_raw, write_suite_description
-from tests.integration.conftest import PROFILE_ROLES, ansible_playbook
+from tests.integration.conftest import PROFILE_ROLES, Run, ansible_playbook
 
 pytestmark = pytest.mark.integration
 
@@ -49,6 +50,13 @@ def lab13(lab_lock: None) -> Iterator[tuple[Path, Description, float]]:
         labmod.down(desc)
 
 
+def _failed(run: Run) -> str:
+    """What failed in a playbook run (each failed task with what it said), else its end."""
+    failed = [m.start() for m in re.finditer(r"^fatal: |^failed: ", run.output, re.M)]
+    return "\n---\n".join(run.output[max(0, i - 1500):i + 2500] for i in failed[:3]) \
+        or run.output[-6000:]
+
+
 def _on(desc: Description, node: str, command: str) -> str:
     proc = labmod.ssh(desc, node, command, timeout=120)
     assert proc.returncode == 0, f"{node}: {command}: {proc.stderr or proc.stdout}"
@@ -60,9 +68,9 @@ def test_debian13_converges_idempotently_gates_and_runs_a_gpu_job(
     path, desc, up_s = lab13
     inv = labmod.inventory_path(desc)
     first = ansible_playbook(inv, "playbooks/site.yml", env=PROFILE_ROLES)
-    assert first.rc == 0, first.output[-6000:]
+    assert first.rc == 0, _failed(first)
     second = ansible_playbook(inv, "playbooks/site.yml")
-    assert second.rc == 0, second.output[-6000:]
+    assert second.rc == 0, _failed(second)
     assert second.total("changed") == 0, second.output[-6000:]
     check = ansible_playbook(inv, "playbooks/site.yml", "--check")
     assert check.rc == 0 and check.total("changed") == 0, check.output[-6000:]
