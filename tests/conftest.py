@@ -113,9 +113,12 @@ def debian13_lab_raw() -> dict[str, Any]:
         node_class["os"] = "debian-13"
     raw["nodes"] = {n: raw["nodes"][n] for n in DEBIAN13_NODES}
     raw.pop("failover")  # its backup controller is not in this lab
-    # One GPU node and the burst group's 8: quotas that fit 12 GPUs of the lab's one model.
+    # One GPU node is left of the stack's: no team's quota of a model exceeds what that
+    # node holds, so that quota and borrowing still fit the smaller pool.
+    gpus = {n["class"]: raw["node_classes"][n["class"]].get("gpu") for n in raw["nodes"].values()}
+    held = {g["model"]: g["count"] for g in gpus.values() if g}
     for team in raw["teams"].values():
-        team["quota"] = {model: 4 for model in team["quota"]}
+        team["quota"] = {m: min(q, held.get(m, 0)) for m, q in team["quota"].items()}
     return raw
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from gpupool.lab import hosts, mirror
 from gpupool.spec import loader
-from gpupool.spec.model import Description, OsRelease
+from gpupool.spec.model import DEFAULT_RELEASE, Description, OsRelease
 
 
 def _desc() -> Description:
@@ -24,10 +24,11 @@ def test_resource_names_derive_from_pool_and_description() -> None:
 
 
 def test_image_is_keyed_by_its_recipe(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    before = hosts.image_hash()
+    before = hosts.image_hash(hosts.base_recipe(DEFAULT_RELEASE))
     monkeypatch.setattr(hosts, "IMAGE_PACKAGES", (*hosts.IMAGE_PACKAGES, "vim"))
-    assert hosts.image_hash() != before
-    assert hosts.image_ref().endswith(hosts.image_hash())
+    recipe = hosts.base_recipe(DEFAULT_RELEASE)
+    assert hosts.image_hash(recipe) != before
+    assert hosts.image_ref(recipe).endswith(hosts.image_hash(recipe))
 
 
 def test_driver_packages_come_from_the_role() -> None:

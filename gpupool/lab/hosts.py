@@ -38,7 +38,7 @@ from gpupool.lab import mirror
 from gpupool.paths import PROJECT_ROOT
 from gpupool.render import ansible_yaml, inventory
 from gpupool.spec import os_release
-from gpupool.spec.model import SHARED_FSTYPES, Description, OsRelease
+from gpupool.spec.model import DEFAULT_RELEASE, SHARED_FSTYPES, Description, OsRelease
 
 Report = Callable[[str], None]
 T = TypeVar("T")
@@ -196,7 +196,7 @@ class Recipe(NamedTuple):
     customize: str
 
 
-def base_recipe(release: OsRelease = OsRelease.DEBIAN_12) -> Recipe:
+def base_recipe(release: OsRelease) -> Recipe:
     """The lab hosts' image for a Debian release (each its own name, so that one release's
     image never prunes another's: a Debian 12 and a Debian 13 lab can stand side by side)."""
     return Recipe(f"gpupool-base-{release.codename}", release.codename, IMAGE_PACKAGES,
@@ -210,7 +210,7 @@ def lab_release(desc: Description) -> OsRelease:
         raise LabError(f"the lab runs one Debian release, the description declares nodes "
                        f"on {', '.join(r.value for r in releases)}: give each release a lab "
                        "of its own")
-    return releases[0] if releases else OsRelease.DEBIAN_12
+    return releases[0] if releases else DEFAULT_RELEASE
 
 
 def lab_recipe(desc: Description) -> Recipe:
@@ -218,19 +218,17 @@ def lab_recipe(desc: Description) -> Recipe:
     return base_recipe(lab_release(desc))
 
 
-def image_hash(recipe: Recipe | None = None) -> str:
-    r = recipe or base_recipe()
-    data = json.dumps([r.suite, MIRROR, sorted(r.packages), r.customize])
+def image_hash(recipe: Recipe) -> str:
+    data = json.dumps([recipe.suite, MIRROR, sorted(recipe.packages), recipe.customize])
     return hashlib.sha256(data.encode()).hexdigest()[:16]
 
 
-def image_ref(recipe: Recipe | None = None) -> str:
-    return f"localhost/{(recipe or base_recipe()).name}:{image_hash(recipe)}"
+def image_ref(recipe: Recipe) -> str:
+    return f"localhost/{recipe.name}:{image_hash(recipe)}"
 
 
-def image_tarball(recipe: Recipe | None = None) -> Path:
-    name = (recipe or base_recipe()).name
-    return cache_dir() / "lab-image" / f"{name}-{image_hash(recipe)}.tar.gz"
+def image_tarball(recipe: Recipe) -> Path:
+    return cache_dir() / "lab-image" / f"{recipe.name}-{image_hash(recipe)}.tar.gz"
 
 
 def labels(desc: Description) -> list[str]:
@@ -321,10 +319,10 @@ def wait_for(what: str, probe: Callable[[], T], timeout: float) -> T:
 
 # -- the image ---------------------------------------------------------------------------
 
-def build_image(report: Report, recipe: Recipe | None = None) -> str:
-    """An image (the lab hosts' unless recipe names another): present in podman, else
-    imported from the cached tarball, else built."""
-    r = recipe or base_recipe()
+def build_image(report: Report, recipe: Recipe) -> str:
+    """A recipe's image: present in podman, else imported from the cached tarball, else
+    built."""
+    r = recipe
     ref = image_ref(r)
     if podman("image", "exists", ref, check=False).returncode == 0:
         return ref

@@ -249,11 +249,16 @@ class OsRelease(StrEnum):
         return {"debian-12": "3.11", "debian-13": "3.13"}[self.value]
 
 
+# The release a node class runs when it names none, and so a lab's and the burst nodes'
+# where no class or controller says otherwise: written here once.
+DEFAULT_RELEASE = OsRelease.DEBIAN_12
+
+
 class NodeClass(Strict):
     description: str = ""  # Free text for people.
     # The Debian release the class's nodes run; its packages are `software`'s, with that
     # release's entry of `software.per_release` in place of any it names.
-    os: OsRelease = OsRelease.DEBIAN_12
+    os: OsRelease = DEFAULT_RELEASE
     gpu: Gpu | None = None  # The class's GPUs; absent: a node without GPUs.
     nics: list[Nic] = []  # The network interfaces, one entry per kind.
     cpus: Annotated[Int, Field(ge=1, le=4096)]  # CPU cores per node.

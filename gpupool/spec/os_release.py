@@ -22,7 +22,7 @@ import yaml
 
 from gpupool.paths import DATA
 from gpupool.spec import floors
-from gpupool.spec.model import Description, NodeRole, OsRelease
+from gpupool.spec.model import DEFAULT_RELEASE, Description, NodeRole, OsRelease
 
 RELEASES_FILE = DATA / "slurm-releases" / "releases.yaml"
 
@@ -160,6 +160,6 @@ def slurm_lock(desc: Description) -> str:
 
 def burst_release(desc: Description) -> OsRelease:
     """The release burst nodes run: the controllers' (a burst slurmd registers with them,
-    and one release's Slurm is the one certain to be accepted); Debian 12 where no
-    controller is declared yet."""
-    return next(iter(controller_releases(desc)), OsRelease.DEBIAN_12)
+    and one release's Slurm is the one certain to be accepted); the default release where
+    no controller is declared yet."""
+    return next(iter(controller_releases(desc)), DEFAULT_RELEASE)

@@ -37,7 +37,7 @@ def airgap_runs(lab: labmod.LabState, lab_desc: Description,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Future[Run]]]:
     """The air-gapped host, and its converge and idempotence run started on a thread.
     Session-scoped so that it is set up before `site`, which the test also asks for."""
-    image = labmod.build_image(lambda _m: None)
+    image = labmod.build_image(lambda _m: None, labmod.lab_recipe(lab_desc))
     key = labmod.ensure_mirror(lab_desc, image, lambda _m: None)
     name = f"{labmod.prefix(lab_desc)}-airgap"
     labmod.podman("rm", "-f", "-t", "0", name, check=False)

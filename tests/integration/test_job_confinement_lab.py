@@ -48,6 +48,7 @@ import pytest
 from gpupool.lab import hosts as labmod
 from gpupool.render import slurm
 from gpupool.spec import loader
+from gpupool.spec.model import OsRelease
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
@@ -194,12 +195,15 @@ def gres_conf() -> str:
 # -- the host ----------------------------------------------------------------------------
 
 def _image() -> str:
-    """The lab's base image, reused; built (under the lab lock) only when missing."""
-    ref = labmod.image_ref()
+    """The Debian 12 lab hosts' base image, reused; built (under the lab lock) only when
+    missing. Debian 12 whatever release the suite's lab runs: the configuration this file
+    writes is Slurm 22.05's, on cgroup v1's controllers."""
+    recipe = labmod.base_recipe(OsRelease.DEBIAN_12)
+    ref = labmod.image_ref(recipe)
     if labmod.podman("image", "exists", ref, check=False).returncode == 0:
         return ref
     with labmod.lab_lock():
-        return labmod.build_image(lambda _m: None)
+        return labmod.build_image(lambda _m: None, recipe)
 
 
 def _remove(name: str) -> None:
