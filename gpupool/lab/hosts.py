@@ -598,7 +598,9 @@ def ensure_mirror(desc: Description, image: str, report: Report) -> str:
     release = lab_release(desc)
     debs = mirror.nvidia_debs(desc, release, _base_packages(image, base_recipe(release)),
                               report)
-    fixtures = cache_dir() / "fixture-debs"
+    # One folder per release: its fixtures carry that release's lock under the same file
+    # names, and two releases' mirrors may be made at once (the suite's Debian 13 lane).
+    fixtures = cache_dir() / "fixture-debs" / release.codename
     fixtures.mkdir(parents=True, exist_ok=True)
     debs += mirror.fixture_debs(desc, release, fixtures)
     try:

@@ -1,8 +1,10 @@
 """The lab harness shared by every integration test that needs lab hosts.
 
 Session fixtures: `lab_lock` (exclusive flock on /tmp/gpupool-lab.lock for the whole
-session, bounded wait), `lab` (fresh lab hosts brought up once, torn down at the end) and
-`site` (playbooks/site.yml converged once, then re-run for idempotence and in check mode).
+session, bounded wait), `lab` (fresh lab hosts brought up once, torn down at the end),
+`site` (playbooks/site.yml converged once, then re-run for idempotence and in check mode)
+and `debian13_prepared` (the Debian 13 lane's image and mirror, made on a thread from the
+session's start).
 Other suites (roles/slurm, the acceptance gate) reuse `lab` and `ansible_playbook`.
 
 Every playbook the suite runs, directly or through gpupool, runs under the strategy
@@ -19,6 +21,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Generator, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +35,13 @@ from gpupool.paths import ANSIBLE_CONFIG
 from gpupool.spec import loader
 from gpupool.spec.facts import controllers
 from gpupool.spec.model import Description
-from tests.conftest import ROOT, lab_description
+from tests.conftest import (
+    DEBIAN13_POOL,
+    ROOT,
+    debian13_lab_raw,
+    lab_description,
+    write_suite_description,
+)
 
 ANSIBLE_PLAYBOOK = ROOT / ".venv" / "bin" / "ansible-playbook"
 RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
@@ -137,8 +146,35 @@ def lab_lock() -> Iterator[None]:
         yield
 
 
+DEBIAN13_LANE = "test_debian13_lab.py"
+
+
+def _prepare(desc: Description) -> None:
+    labmod.ensure_mirror(desc, labmod.build_image(lambda _m: None, labmod.lab_recipe(desc)),
+                         lambda _m: None)
+
+
 @pytest.fixture(scope="session")
-def lab(lab_lock: None, lab_desc: Description) -> Iterator[labmod.LabState]:
+def debian13_prepared(request: pytest.FixtureRequest, lab_lock: None
+                      ) -> Iterator[tuple[Description, Future[None] | None]]:
+    """The Debian 13 lane's description, and its image and package mirror being made on a
+    thread: started with the session's first lab (asked for by `lab`), so that on a fresh
+    machine the trixie debootstrap and the NVIDIA 550 downloads run beside the Debian 12
+    lab's converge, which mostly waits on dpkg, and not in the lane's own time. No thread
+    when the session does not run the lane. The lane's `up` makes whatever this did not
+    (a failure here is reported there, where it is made again)."""
+    desc = loader.load_file(write_suite_description(DEBIAN13_POOL, debian13_lab_raw()))
+    if not any(item.path.name == DEBIAN13_LANE for item in request.session.items):
+        yield desc, None
+        return
+    with ThreadPoolExecutor(1, thread_name_prefix="debian13") as pool:
+        yield desc, pool.submit(_prepare, desc)
+
+
+@pytest.fixture(scope="session")
+def lab(lab_lock: None, lab_desc: Description,
+        debian13_prepared: tuple[Description, Future[None] | None]
+        ) -> Iterator[labmod.LabState]:
     """Fresh lab hosts for this session (whatever a previous run left is removed first)."""
     labmod.down(lab_desc)
     state = labmod.up(lab_desc)

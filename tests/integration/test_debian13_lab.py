@@ -11,9 +11,11 @@ rest of the suite's proofs (drills, failover, monitoring, the replay).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,7 @@ import bench.debian13_lab
 from gpupool.gate import runner as gate_runner
 from gpupool.lab import hosts as labmod
 from gpupool.render.cloud import launch
-from gpupool.spec import loader, os_release
+from gpupool.spec import os_release
 from gpupool.spec.model import Description, OsRelease
 from tests.conftest import DEBIAN13_POOL, debian13_lab_raw, write_suite_description
 from tests.integration.conftest import PROFILE_ROLES, Run, ansible_playbook
@@ -31,15 +33,21 @@ from tests.integration.conftest import PROFILE_ROLES, Run, ansible_playbook
 pytestmark = pytest.mark.integration
 
 CONTROLLER, GPU_NODE = "lab-ctl", "lab-gpu1"
+PREPARE_TIMEOUT_S = 1800  # a debootstrap and a driver's downloads, on a slow mirror
 
 
 @pytest.fixture(scope="module")
-def lab13(lab_lock: None) -> Iterator[tuple[Path, Description, float]]:
+def lab13(lab_lock: None, debian13_prepared: tuple[Description, Future[None] | None]
+          ) -> Iterator[tuple[Path, Description, float]]:
     """Fresh Debian 13 hosts for this module: their description's file, the description
-    and the seconds they took to come up."""
+    and the seconds they took to come up (once the session's thread made their image and
+    mirror: up_s is the hosts' own time)."""
+    desc, prepared = debian13_prepared
     path = write_suite_description(DEBIAN13_POOL, debian13_lab_raw())
-    desc = loader.load_file(path)
     assert labmod.lab_release(desc) is OsRelease.DEBIAN_13
+    if prepared is not None:
+        with contextlib.suppress(Exception):  # up() makes it again, and says what failed
+            prepared.result(timeout=PREPARE_TIMEOUT_S)
     labmod.down(desc)
     start = time.monotonic()
     state = labmod.up(desc)
