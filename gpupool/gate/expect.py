@@ -16,7 +16,7 @@ from gpupool.spec import os_release
 from gpupool.spec.catalog import GPU_MODELS, INSTANCE_TYPES
 from gpupool.spec.facts import node_class, rack_places
 from gpupool.spec.mig import is_partitioned
-from gpupool.spec.model import NAME_RE, Description, Interconnect, Mount, NodeRole
+from gpupool.spec.model import NAME_RE, Description, Interconnect, Mount, NodeRole, OsRelease
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,9 @@ class NodeExpect:
     probes: tuple[Probe, ...] = field(default=())
     # The description's fixed ids: {"users": member -> uid, "teams": team -> gid}.
     ids: dict[str, dict[str, int]] = field(default_factory=dict)
-    # The Debian release the node's class declares ("debian-13"); "" where none is known
-    # (a burst node's facts name none: the supported releases alone apply).
+    # The Debian release the node runs: its class's (`os`, "debian-13"), or for a burst
+    # node the one its image was built on (its facts' `os`); "" where none is known (facts
+    # of an older user-data name none: the supported releases alone apply).
     os: str = ""
 
     @property
@@ -160,13 +161,29 @@ def _fact(facts: Mapping[str, Any], key: str, kind: type) -> Any:
     return value
 
 
+def _release(facts: Mapping[str, Any]) -> str:
+    """The facts' `os`, the release the burst image was built on, as NodeExpect.os. Facts
+    written by an older user-data, without the key (a launch template not yet updated,
+    booting an image of a newer checkout), keep the check they had, the supported releases
+    alone (""): such a node is no less proven than before, and refusing it would stop burst
+    capacity until `pulumi up`. A value that is there must be a release gpupool knows (it
+    reaches the gate's messages and report, so nothing else is taken)."""
+    if "os" not in facts:
+        return ""
+    value = _fact(facts, "os", str)
+    if value not in {r.value for r in OsRelease}:
+        raise FactsError(f"burst facts: os must be one of "
+                         f"{', '.join(r.value for r in OsRelease)}, got {value[:40]!r}")
+    return value
+
+
 def burst_expect(facts: Mapping[str, Any], node: str) -> NodeExpect:
     """What a burst node must look like, from the facts its user-data writes
-    (gpupool.render.cloud.launch.burst_facts): the group's instance type's GPUs, the software lock,
-    the teams and the storage tiers' mounts. No probes (nothing declares its peers'
-    addresses) and no leaf switch; its host firewall is checked as on-prem. Mount values
-    reach the suites' commands, so they pass the description's own rules again
-    (model.Mount) or the facts are refused."""
+    (gpupool.render.cloud.launch.burst_facts): the group's instance type's GPUs, the release
+    its image was built on, the software lock, the teams and the storage tiers' mounts. No
+    probes (nothing declares its peers' addresses) and no leaf switch; its host firewall is
+    checked as on-prem. Mount values reach the suites' commands, so they pass the
+    description's own rules again (model.Mount) or the facts are refused."""
     itype = _fact(facts, "instance_type", str)
     if itype not in INSTANCE_TYPES:
         raise FactsError(f"burst facts: unknown instance type {itype!r}")
@@ -196,4 +213,5 @@ def burst_expect(facts: Mapping[str, Any], node: str) -> NodeExpect:
         leaf="", addresses={}, mtu={},
         gpu=GpuExpect(t.gpu_model, model.product, t.gpus, t.gpu_memory_gib, False,
                       model.min_bf16_tflops, model.min_mem_bw_gbps),
-        software=dict(software), mounts=expected, teams=tuple(teams), ids=ids)
+        software=dict(software), mounts=expected, teams=tuple(teams), ids=ids,
+        os=_release(facts))

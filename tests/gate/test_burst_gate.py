@@ -4,6 +4,7 @@ on this GPU-less machine, where it must not pass."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -67,6 +68,45 @@ def test_facts_that_are_not_the_user_datas_are_refused(key: str, value: object) 
     facts = {**_facts(), key: value}
     with pytest.raises(FactsError, match=key.replace("_", "[_ ]")):
         burst_expect(facts, "n1")
+
+
+@pytest.mark.parametrize("stack", ["lab", "example"])
+def test_a_burst_node_expects_the_release_its_image_was_built_on(stack: str) -> None:
+    """The facts name the burst release (the controllers', the image's parent AMI's), and
+    the expectation carries it to the suites' OS check, through its JSON too."""
+    desc = loader.load_stack(stack, ROOT)
+    release = os_release.burst_release(desc).value
+    facts = _facts(stack)
+    assert facts["os"] == release
+    assert launch.ami_name(desc) == f"debian-{facts['os'].removeprefix('debian-')}-amd64-*"
+    e = burst_expect(facts, "n1")
+    assert e.os == release
+    assert NodeExpect.from_json(e.to_json()).os == release
+
+
+def test_facts_of_an_older_user_data_without_a_release_keep_the_supported_list() -> None:
+    """A launch template from before the key wrote no `os`: the node is gated as before,
+    on the supported releases alone, and nothing else of its expectation changes."""
+    facts = _facts()
+    del facts["os"]
+    e = burst_expect(facts, "n1")
+    assert e.os == ""
+    assert e == dataclasses.replace(burst_expect(_facts(), "n1"), os="")
+
+
+@pytest.mark.parametrize("value", [
+    None, 13, 12.0, True, ["debian-13"], {"debian": "13"},  # not a string
+    "debian-11", "debian-14", "ubuntu-22.04", "Debian-13", "debian13", "13", "",  # unknown
+    "debian-13 ", " debian-13", "debian-13\n", "debian-13; reboot", "$(reboot)",
+    "`reboot`", "debian-13' || true #", "debian-13\u0000", "x" * 10_000])
+def test_a_release_that_is_not_one_gpupool_knows_is_refused(value: object) -> None:
+    with pytest.raises(FactsError, match=r"^burst facts: os must be ") as caught:
+        burst_expect({**_facts(), "os": value}, "n1")
+    # One line, bounded, the value quoted: the boot's drain reason is built from it.
+    message = str(caught.value)
+    assert "\n" not in message and len(message) < 200
+    if isinstance(value, str):
+        assert "one of debian-12, debian-13" in message
 
 
 def test_the_gate_dir_is_the_roles() -> None:

@@ -112,10 +112,16 @@ def burst_facts(desc: Description, name: str, group: BurstGroup) -> dict[str, An
     first instance type stands for all: validation keeps every fallback type to the same
     GPUs."""
     itype = INSTANCE_TYPES[group.instance_types[0]]
+    release = os_release.burst_release(desc)
     return {"pool": desc.pool.name, "burst_group": name, "team": group.team or SHARED,
             "domain": desc.pool.domain, "environment": desc.pool.environment,
             "instance_type": itype.name, "gpus": itype.gpus, "gpu_model": itype.gpu_model,
-            "software": os_release.versions(desc, os_release.burst_release(desc)),
+            # The release the image is built on (ami_name) and whose lock it installs: the
+            # gate refuses a node booted from an image of another release, whose Slurm the
+            # controllers may not accept (an image pinned by gpupool:burstImageId from
+            # before the controllers moved on).
+            "os": release.value,
+            "software": os_release.versions(desc, release),
             "teams": sorted(desc.teams), "ids": desc.ids.model_dump(mode="json"),
             # The tiers it mounts, as an on-prem compute node does (the image's storage
             # role renders and enables their units; the network ones come over the
