@@ -10,23 +10,12 @@ import pytest
 from gpupool.gate.actions import Action
 from gpupool.gate.expect import NodeExpect
 from gpupool.gate.plugin import Measure
+from gpupool.spec.packages import COMPONENT_PACKAGES, GPU_ONLY
 
-# How each locked component shows up among a Debian host's packages (packaging facts, not
-# pool values): the source package whose binaries must all carry the locked version, and
-# the primary packages that must also be held (their exact-version dependencies keep the
-# rest in step). cuda, nccl and the GPU operator live in containers and the cluster.
-COMPONENT_PACKAGES = {
-    "nvidia_driver": {"source": "nvidia-graphics-drivers",
-                      "primary": {"nvidia-smi", "libnvidia-ml1", "libcuda1"}},
-    "container_toolkit": {"source": "nvidia-container-toolkit",
-                          "primary": {"nvidia-container-toolkit"}},
-    "dcgm": {"source": "datacenter-gpu-manager", "primary": {"datacenter-gpu-manager"}},
-    "dcgm_exporter": {"source": "datacenter-gpu-manager-exporter",
-                      "primary": {"datacenter-gpu-manager-exporter"}},
-    "slurm": {"source": "slurm-wlm",
-              "primary": {"slurmd", "slurmctld", "slurmdbd", "slurm-client"}},
-}
-GPU_ONLY = {"nvidia_driver", "container_toolkit", "dcgm", "dcgm_exporter"}
+# COMPONENT_PACKAGES (how each locked component shows up among a Debian host's packages)
+# and GPU_ONLY: their one owner is gpupool/spec/packages.py, against which the roles' and
+# playbooks' YAML copies are checked (tests/test_component_packages.py).
+
 # Role nvidia_container_toolkit's settings that keep GPU selection with Slurm and the
 # kubelet: an unprivileged container may not pick GPUs through NVIDIA_VISIBLE_DEVICES
 # (an environment variable any image or user sets), only through what the runtime's caller
@@ -71,8 +60,8 @@ def test_locked_version_held(component: str, expect: NodeExpect,  # type: ignore
     if component in GPU_ONLY and expect.gpu is None:
         pytest.skip("not a GPU node")
     spec = COMPONENT_PACKAGES[component]
-    mine = {n: v for n, (v, src) in packages.items() if src == spec["source"]}
-    primary = sorted(spec["primary"] & set(mine))
+    mine = {n: v for n, (v, src) in packages.items() if src == spec.source}
+    primary = sorted(spec.primary & set(mine))
     locked = expect.software[component]
     wrong = {n: v for n, v in mine.items() if not _version_matches(v, locked)}
     unheld = [n for n in primary if n not in held]
