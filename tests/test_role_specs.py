@@ -5,6 +5,7 @@ spelled out)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -189,3 +190,79 @@ def test_every_reasoned_raw_option_exists() -> None:
     names = {n for role in ROLES for opts in _entry_points(role).values() for n in opts
              if opts[n].get("type", "str") == "raw"}
     assert sorted(set(RAW) - names) == []
+
+
+# --- inventory values through the role's options ------------------------------------------
+# A role reads gpupool inventory's variables (gpupool_*) in its defaults only: each becomes
+# an option `<role>_...: "{{ gpupool_... }}"`, documented in meta/argument_specs.yml, so a
+# caller without gpupool's inventory sets the option and the role's interface is its
+# defaults (issue 55). Its tasks, handlers, vars and templates read the options.
+# gpupool_refused is no inventory variable: templates name it, never defined, for
+# mandatory() to raise their refusal.
+NOT_INVENTORY = {"gpupool_refused"}
+# The keys whose strings Ansible evaluates as bare Jinja expressions.
+_CONDITIONALS = {"when", "changed_when", "failed_when", "until", "that"}
+_INVENTORY_NAME = re.compile(r"gpupool_\w+")
+
+
+def _inventory_reads(source: str) -> set[str]:
+    """The gpupool_* variables a Jinja template reads: by name, as another host's attribute
+    or item (hostvars[h].gpupool_node), or as an attribute named to a filter or test
+    (selectattr('gpupool_node'), map(attribute='gpupool_node'))."""
+    from jinja2 import Environment, nodes  # noqa: PLC0415
+
+    env = Environment(extensions=["jinja2.ext.do", "jinja2.ext.loopcontrols"])  # noqa: S701 - parsed, never rendered
+    found: set[str] = set()
+    for node in env.parse(source).find_all((nodes.Name, nodes.Getattr, nodes.Const)):
+        if isinstance(node, nodes.Name):
+            name = node.name
+        elif isinstance(node, nodes.Getattr):
+            name = node.attr
+        else:
+            name = node.value if isinstance(node.value, str) else ""
+        if _INVENTORY_NAME.fullmatch(name) and name not in NOT_INVENTORY:
+            found.add(name)
+    return found
+
+
+def _yaml_reads(value: object, key: object = None) -> set[str]:
+    """The gpupool_* variables read by the templated strings of a task, handler or vars file."""
+    if isinstance(value, dict):
+        return {n for k, v in value.items() for n in _yaml_reads(k) | _yaml_reads(v, k)}
+    if isinstance(value, list):
+        return {n for v in value for n in _yaml_reads(v, key)}
+    if not isinstance(value, str):
+        return set()
+    if _templated(value):
+        return _inventory_reads(value)
+    return _inventory_reads("{{ " + value + " }}") if key in _CONDITIONALS else set()
+
+
+def _reads_outside_defaults(role: Path) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for sub in ("tasks", "handlers", "vars"):
+        for path in sorted((role / sub).glob("**/*.yml")):
+            found[str(path.relative_to(role))] = _yaml_reads(yaml.safe_load(path.read_text()))
+    for path in sorted((role / "templates").glob("**/*.j2")):
+        found[str(path.relative_to(role))] = _inventory_reads(path.read_text())
+    return {name: reads for name, reads in found.items() if reads}
+
+
+@pytest.mark.parametrize("role", ROLES, ids=[r.name for r in ROLES])
+def test_inventory_variables_are_read_through_the_roles_defaults(role: Path) -> None:
+    assert _reads_outside_defaults(role) == {}, \
+        "give each an option in defaults/main.yml and meta/argument_specs.yml, and read that"
+
+
+def test_the_inventory_check_finds_every_kind_of_read() -> None:
+    """What the check above must catch, and the strings it must leave alone."""
+    assert _yaml_reads({"when": "gpupool_node.gpu is not none"}) == {"gpupool_node"}
+    assert _yaml_reads({"x": "{{ hostvars[h].gpupool_pool.name }}"}) == {"gpupool_pool"}
+    extract = "{{ hs | map('extract', hostvars) | selectattr('gpupool_node', 'defined') }}"
+    assert _yaml_reads([extract, "{{ hs | map(attribute='gpupool_health') }}"]) \
+        == {"gpupool_node", "gpupool_health"}
+    assert _inventory_reads("{% set n = gpupool_teams %}{{ x | mandatory(gpupool_refused) }}") \
+        == {"gpupool_teams"}
+    assert _yaml_reads({"dest": "{{ d }}/gpupool_backup.prom", "name": "gpupool_node",
+                        "msg": "{{ 'gpupool refuses ' ~ x }}"}) == set()
+    assert _inventory_reads("prom=gpupool_dcgm_health.prom {# gpupool_node #}") == set()
