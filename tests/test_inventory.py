@@ -18,6 +18,7 @@ from gpupool.render import ansible_yaml, inventory
 from gpupool.spec import loader
 from gpupool.spec.errors import DescriptionError
 from gpupool.spec.facts import controller
+from gpupool.spec.model import NodeRole
 from tests.conftest import BIN, ROOT, raw_stack
 
 
@@ -280,3 +281,38 @@ def test_a_burst_node_keeps_the_management_plane_closed_to_flows_of_all(stack: s
     assert "ip daddr" not in inbound and "policy drop" in inbound
     assert "tcp dport != { 22," in ruleset
     assert flows.burst_inbound(desc.model_copy(update={"burst_groups": {}})) == []
+
+
+def _with_a_cpu_node(raw: dict[str, Any]) -> dict[str, Any]:
+    """The lab stack with its third compute node in a class without GPUs."""
+    raw["node_classes"]["cpu"] = {k: v for k, v in raw["node_classes"]["lab-l4"].items()
+                                  if k != "gpu"}
+    raw["nodes"]["lab-gpu3"]["class"] = "cpu"
+    for team in raw["teams"].values():
+        team["quota"] = {m: min(q, 4) for m, q in team["quota"].items()}
+        team.pop("borrowing_limit", None)
+    return raw
+
+
+@pytest.mark.parametrize("pool", ["lab", "example", "lab-with-a-cpu-node"])
+def test_gpu_software_play_selects_exactly_the_gpu_compute_nodes(pool: str,
+                                                                  tmp_path: Path) -> None:
+    """site.yml's GPU play picks its hosts by the inventory's GPU groups, not by a `when:`
+    on each role: the hosts Ansible selects are the compute nodes whose class has GPUs."""
+    from ansible.inventory.manager import InventoryManager  # noqa: PLC0415
+    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
+
+    desc = (loader.parse(_with_a_cpu_node(raw_stack("lab"))) if pool.endswith("cpu-node")
+            else loader.load_stack(pool, ROOT))
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(ansible_yaml.dump(inventory.build(desc)))
+    plays = yaml.safe_load((ROOT / "playbooks" / "site.yml").read_text())
+    play = next(p for p in plays if any(r["role"] == "nvidia_driver" for r in p.get("roles", [])))
+    assert not any("when" in r for r in play["roles"]), play
+    selected = {h.name for h in InventoryManager(DataLoader(), [str(inv)]).get_hosts(
+        play["hosts"])}
+    wanted = {n for n, node in desc.nodes.items() if NodeRole.COMPUTE in node.roles
+              and desc.node_classes[node.class_].gpu is not None}
+    assert selected == wanted
+    if pool.endswith("cpu-node"):
+        assert "lab-gpu3" not in selected and wanted
