@@ -205,15 +205,36 @@ _CONDITIONALS = {"when", "changed_when", "failed_when", "until", "that"}
 _INVENTORY_NAME = re.compile(r"gpupool_\w+")
 
 
+class _AnyName(dict):  # type: ignore[type-arg]
+    """A filter or test table that has every name (Ansible's and the collections')."""
+
+    def get(self, key: object, default: object = None) -> object:
+        return str
+
+
+def _environment() -> Any:
+    """A Jinja environment with the extensions Ansible loads, and any filter or test."""
+    from jinja2 import Environment  # noqa: PLC0415
+
+    env = Environment(extensions=["jinja2.ext.do", "jinja2.ext.loopcontrols"])  # noqa: S701 - parsed, never rendered
+    env.filters = _AnyName(env.filters)
+    env.tests = _AnyName(env.tests)
+    return env
+
+
+def _parsed(source: str) -> Any:
+    """The Jinja syntax tree of a template, parsed with the extensions Ansible loads."""
+    return _environment().parse(source)
+
+
 def _inventory_reads(source: str) -> set[str]:
     """The gpupool_* variables a Jinja template reads: by name, as another host's attribute
     or item (hostvars[h].gpupool_node), or as an attribute named to a filter or test
     (selectattr('gpupool_node'), map(attribute='gpupool_node'))."""
-    from jinja2 import Environment, nodes  # noqa: PLC0415
+    from jinja2 import nodes  # noqa: PLC0415
 
-    env = Environment(extensions=["jinja2.ext.do", "jinja2.ext.loopcontrols"])  # noqa: S701 - parsed, never rendered
     found: set[str] = set()
-    for node in env.parse(source).find_all((nodes.Name, nodes.Getattr, nodes.Const)):
+    for node in _parsed(source).find_all((nodes.Name, nodes.Getattr, nodes.Const)):
         if isinstance(node, nodes.Name):
             name = node.name
         elif isinstance(node, nodes.Getattr):
@@ -225,17 +246,23 @@ def _inventory_reads(source: str) -> set[str]:
     return found
 
 
+def _jinja_sources(value: object, key: object = None) -> list[str]:
+    """The Jinja templates in a task, handler or vars file: its templated strings, and the
+    bare expressions of its conditionals (each wrapped in {{ }})."""
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in _jinja_sources(k) + _jinja_sources(v, k)]
+    if isinstance(value, list):
+        return [s for v in value for s in _jinja_sources(v, key)]
+    if not isinstance(value, str):
+        return []
+    if _templated(value):
+        return [value]
+    return ["{{ " + value + " }}"] if key in _CONDITIONALS else []
+
+
 def _yaml_reads(value: object, key: object = None) -> set[str]:
     """The gpupool_* variables read by the templated strings of a task, handler or vars file."""
-    if isinstance(value, dict):
-        return {n for k, v in value.items() for n in _yaml_reads(k) | _yaml_reads(v, k)}
-    if isinstance(value, list):
-        return {n for v in value for n in _yaml_reads(v, key)}
-    if not isinstance(value, str):
-        return set()
-    if _templated(value):
-        return _inventory_reads(value)
-    return _inventory_reads("{{ " + value + " }}") if key in _CONDITIONALS else set()
+    return {n for source in _jinja_sources(value, key) for n in _inventory_reads(source)}
 
 
 def _reads_outside_defaults(role: Path) -> dict[str, set[str]]:
@@ -266,3 +293,194 @@ def test_the_inventory_check_finds_every_kind_of_read() -> None:
     assert _yaml_reads({"dest": "{{ d }}/gpupool_backup.prom", "name": "gpupool_node",
                         "msg": "{{ 'gpupool refuses ' ~ x }}"}) == set()
     assert _inventory_reads("prom=gpupool_dcgm_health.prom {# gpupool_node #}") == set()
+
+
+# --- every name a role reads has a source --------------------------------------------------
+# A role's tasks, handlers, vars and templates read only names that can come from somewhere:
+# its defaults and vars, the names it registers or sets (set_fact) itself, the vars: of its
+# tasks and blocks and its loop variables, the defaults of the roles its meta/main.yml
+# depends on, Ansible's own variables, and the few listed below, each with why. A misspelt
+# or renamed name, undefined at run time, fails here (issue 55).
+MAGIC = {
+    "item", "hostvars", "groups", "group_names", "inventory_hostname",
+    "inventory_hostname_short", "inventory_dir", "play_hosts", "role_path", "role_name",
+    "playbook_dir", "omit",
+    # What the template module adds to a template's variables.
+    "template_host", "template_path", "template_fullpath", "template_destpath",
+    "template_uid", "template_run_date",
+    # Ansible's global Jinja functions and Jinja's own.
+    "lookup", "query", "q", "now", "undef", "range", "loop", "namespace", "dict", "lipsum",
+    "cycler", "joiner",
+}
+# Names a role reads that the playbook running it supplies (set there, or in its vars
+# files), by (reading role, name). None today: the playbooks' values (upgrade_*,
+# acceptance_gate_bundle) reach the roles through options with a default.
+PLAYBOOK_SUPPLIED: dict[tuple[str, str], str] = {}
+# A name another role defines that a role reads, by (reading role, name). Not its defaults:
+# include_role exposes none of them, so a role reads another's host fact, set once it ran.
+_NVIDIA_SOURCE = "roles/nvidia_repo's host fact: the package source is configured once a host"
+CROSS_ROLE: dict[tuple[str, str], str] = {
+    ("dcgm", "nvidia_repo_configured"): _NVIDIA_SOURCE,
+    ("nvidia_container_toolkit", "nvidia_repo_configured"): _NVIDIA_SOURCE,
+    ("nvidia_driver", "nvidia_repo_configured"): _NVIDIA_SOURCE,
+    ("nvidia_driver", "nvidia_repo_configured_source"):
+        "roles/nvidia_repo's host fact: which source it configured decides the packages",
+}
+_SET_FACT = {"set_fact", "ansible.builtin.set_fact", "ansible.legacy.set_fact"}
+_INCLUDE_VARS = {"include_vars", "ansible.builtin.include_vars"}
+_INCLUDE_ROLE = {"include_role", "import_role", "ansible.builtin.include_role",
+                 "ansible.builtin.import_role"}
+
+
+def _yaml_keys(path: Path) -> set[str]:
+    return set(yaml.safe_load(path.read_text()) or {}) if path.is_file() else set()
+
+
+def _defined_in(value: object) -> set[str]:
+    """The names a task list defines: registered, set (set_fact keys), given as vars: of a
+    task, block or include, or named as a loop variable."""
+    found: set[str] = set()
+    if isinstance(value, list):
+        for v in value:
+            found |= _defined_in(v)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if k == "register" and isinstance(v, str):
+                found.add(v)
+            elif k in _SET_FACT and isinstance(v, dict):
+                found |= set(v) - {"cacheable"}
+            elif k == "vars" and isinstance(v, dict):
+                found |= set(v)
+            elif k == "loop_var" and isinstance(v, str):
+                found.add(v)
+            elif k in _INCLUDE_VARS and isinstance(v, dict) and isinstance(v.get("name"), str):
+                found.add(v["name"])
+            found |= _defined_in(v)
+    return found
+
+
+def _caller_vars(value: object, role: str) -> set[str]:
+    """The vars: a task list gives an include_role or import_role of `role` (the parameters
+    of its entry point, tasks_from: pin of nvidia_repo)."""
+    found: set[str] = set()
+    if isinstance(value, list):
+        for v in value:
+            found |= _caller_vars(v, role)
+    elif isinstance(value, dict):
+        for key in _INCLUDE_ROLE & set(value):
+            if isinstance(value[key], dict) and value[key].get("name") == role:
+                found |= set(value.get("vars") or {})
+        for v in value.values():
+            found |= _caller_vars(v, role)
+    return found
+
+
+def _dependencies(role: Path) -> list[str]:
+    meta = yaml.safe_load((role / "meta" / "main.yml").read_text()) or {}
+    return [d["role"] if isinstance(d, dict) else d for d in meta.get("dependencies") or []]
+
+
+def _task_files(role: Path) -> list[Path]:
+    return [p for sub in ("tasks", "handlers") for p in sorted((role / sub).glob("**/*.yml"))]
+
+
+def _role_defined(role: Path) -> set[str]:
+    names = _yaml_keys(role / "defaults" / "main.yml")
+    for path in sorted((role / "vars").glob("**/*.yml")):
+        names |= _yaml_keys(path)
+    for dep in _dependencies(role):
+        names |= _yaml_keys(role.parent / dep / "defaults" / "main.yml")
+    for path in _task_files(role):
+        names |= _defined_in(yaml.safe_load(path.read_text()))
+    for other in sorted(role.parent.iterdir()):
+        for path in _task_files(other):
+            names |= _caller_vars(yaml.safe_load(path.read_text()), role.name)
+    return names
+
+
+def _undeclared(source: str) -> set[str]:
+    """The names a template reads from its context: less those it assigns itself ({% set %},
+    {% for %}), which Jinja counts as read from it where assigned in one branch only."""
+    from jinja2 import meta, nodes  # noqa: PLC0415
+
+    tree = _parsed(source)
+    local: set[str] = set()
+    for node in tree.find_all((nodes.Assign, nodes.For, nodes.AssignBlock)):
+        targets = [node.target, *node.target.find_all(nodes.Name)]
+        local |= {t.name for t in targets if isinstance(t, nodes.Name)}
+    return set(meta.find_undeclared_variables(tree)) - local
+
+
+def _role_reads(role: Path) -> dict[str, set[str]]:
+    """The names each of the role's tasks, handlers, vars files and templates reads."""
+    found: dict[str, set[str]] = {}
+    for path in [*_task_files(role), *sorted((role / "vars").glob("**/*.yml"))]:
+        sources = _jinja_sources(yaml.safe_load(path.read_text()))
+        found[str(path.relative_to(role))] = {n for s in sources for n in _undeclared(s)}
+    for path in sorted((role / "templates").glob("**/*.j2")):
+        found[str(path.relative_to(role))] = _undeclared(path.read_text())
+    return found
+
+
+def _unsourced(role: Path) -> dict[str, list[str]]:
+    defined = _role_defined(role) | MAGIC
+    allowed = {n for (r, n) in [*PLAYBOOK_SUPPLIED, *CROSS_ROLE] if r == role.name}
+    out: dict[str, list[str]] = {}
+    for where, names in _role_reads(role).items():
+        missing = sorted(n for n in names - defined - allowed
+                         if not n.startswith("ansible_") and n not in NOT_INVENTORY)
+        if missing:
+            out[where] = missing
+    return out
+
+
+@pytest.mark.parametrize("role", ROLES, ids=[r.name for r in ROLES])
+def test_every_name_a_role_reads_has_a_source(role: Path) -> None:
+    assert _unsourced(role) == {}, \
+        "undefined: define it (defaults, vars, register, set_fact) or list its source here"
+
+
+def test_every_listed_source_is_read() -> None:
+    read = {(role.name, n) for role in ROLES for names in _role_reads(role).values()
+            for n in names}
+    assert sorted(set(PLAYBOOK_SUPPLIED) | set(CROSS_ROLE)) == sorted(
+        (set(PLAYBOOK_SUPPLIED) | set(CROSS_ROLE)) & read), "listed but never read"
+
+
+def _planted(tmp_path: Path, tasks: list[dict[str, Any]], template: str = "") -> Path:
+    """A role under tmp_path/roles: option planted_option, depending on pool_defaults."""
+    role = tmp_path / "roles" / "planted"
+    for sub in ("defaults", "meta", "tasks", "templates"):
+        (role / sub).mkdir(parents=True)
+    (tmp_path / "roles" / "pool_defaults" / "defaults").mkdir(parents=True)
+    (tmp_path / "roles" / "pool_defaults" / "defaults" / "main.yml").write_text("pool_x: 1\n")
+    (role / "defaults" / "main.yml").write_text("planted_option: 1\n")
+    (role / "meta" / "main.yml").write_text("dependencies:\n  - role: pool_defaults\n")
+    (role / "tasks" / "main.yml").write_text(yaml.safe_dump(tasks))
+    (role / "templates" / "t.j2").write_text(template)
+    return role
+
+
+def test_the_source_check_fails_on_an_undefined_name(tmp_path: Path) -> None:
+    role = _planted(tmp_path, [
+        {"name": "r", "ansible.builtin.command": "true", "register": "planted__out"},
+        {"name": "u", "ansible.builtin.debug": {"msg": "{{ planted__outt.stdout }}"},
+         "when": "planted_optoin | bool"}],
+        "{{ planted_missing }}{% for h in groups.all %}{{ h }}{% endfor %}")
+    assert _unsourced(role) == {"tasks/main.yml": ["planted__outt", "planted_optoin"],
+                                "templates/t.j2": ["planted_missing"]}
+
+
+def test_the_source_check_passes_every_kind_of_source(tmp_path: Path) -> None:
+    role = _planted(tmp_path, [
+        {"name": "r", "ansible.builtin.command": "true", "register": "planted__out"},
+        {"name": "f", "ansible.builtin.set_fact": {"planted__fact": "{{ planted_option }}"}},
+        {"name": "v", "ansible.builtin.include_vars": {"file": "x.yml", "name": "planted__v"}},
+        {"name": "b", "vars": {"planted__local": 1}, "block": [
+            {"name": "l", "ansible.builtin.debug": {"msg": "{{ planted__x ~ planted__local }}"},
+             "loop": "{{ range(pool_x) | list }}", "loop_control": {"loop_var": "planted__x"},
+             "when": ["planted__out is changed", "planted__fact", "planted__v.k",
+                      "ansible_check_mode", "inventory_hostname in groups.all"]}]}],
+        "{% set n = namespace(k=1) %}{% if item %}{% set a = 1 %}{% endif %}{{ a }}"
+        "{{ hostvars[inventory_hostname].x | default(omit) }}{{ lookup('env', 'X') }}")
+    assert _unsourced(role) == {}
