@@ -320,10 +320,10 @@ PLAYBOOK_SUPPLIED: dict[tuple[str, str], str] = {}
 # include_role exposes none of them, so a role reads another's host fact, set once it ran.
 _NVIDIA_SOURCE = "roles/nvidia_repo's host fact: the package source is configured once a host"
 CROSS_ROLE: dict[tuple[str, str], str] = {
-    ("dcgm", "nvidia_repo_configured"): _NVIDIA_SOURCE,
-    ("nvidia_container_toolkit", "nvidia_repo_configured"): _NVIDIA_SOURCE,
-    ("nvidia_driver", "nvidia_repo_configured"): _NVIDIA_SOURCE,
-    ("nvidia_driver", "nvidia_repo_configured_source"):
+    ("dcgm", "nvidia_repo__configured"): _NVIDIA_SOURCE,
+    ("nvidia_container_toolkit", "nvidia_repo__configured"): _NVIDIA_SOURCE,
+    ("nvidia_driver", "nvidia_repo__configured"): _NVIDIA_SOURCE,
+    ("nvidia_driver", "nvidia_repo__source"):
         "roles/nvidia_repo's host fact: which source it configured decides the packages",
 }
 _SET_FACT = {"set_fact", "ansible.builtin.set_fact", "ansible.legacy.set_fact"}
@@ -336,20 +336,32 @@ def _yaml_keys(path: Path) -> set[str]:
     return set(yaml.safe_load(path.read_text()) or {}) if path.is_file() else set()
 
 
-def _defined_in(value: object) -> set[str]:
-    """The names a task list defines: registered, set (set_fact keys), given as vars: of a
-    task, block or include, or named as a loop variable."""
+def _internal_names(value: object) -> set[str]:
+    """The names a task list registers or sets (set_fact keys)."""
     found: set[str] = set()
     if isinstance(value, list):
         for v in value:
-            found |= _defined_in(v)
+            found |= _internal_names(v)
     elif isinstance(value, dict):
         for k, v in value.items():
             if k == "register" and isinstance(v, str):
                 found.add(v)
             elif k in _SET_FACT and isinstance(v, dict):
                 found |= set(v) - {"cacheable"}
-            elif k == "vars" and isinstance(v, dict):
+            found |= _internal_names(v)
+    return found
+
+
+def _defined_in(value: object) -> set[str]:
+    """The names a task list defines: registered, set (set_fact keys), given as vars: of a
+    task, block or include, named as a loop variable or by include_vars."""
+    found = _internal_names(value)
+    if isinstance(value, list):
+        for v in value:
+            found |= _defined_in(v)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if k == "vars" and isinstance(v, dict):
                 found |= set(v)
             elif k == "loop_var" and isinstance(v, str):
                 found.add(v)
@@ -484,3 +496,27 @@ def test_the_source_check_passes_every_kind_of_source(tmp_path: Path) -> None:
         "{% set n = namespace(k=1) %}{% if item %}{% set a = 1 %}{% endif %}{{ a }}"
         "{{ hostvars[inventory_hostname].x | default(omit) }}{{ lookup('env', 'X') }}")
     assert _unsourced(role) == {}
+
+
+# --- internal names carry the role's double prefix -----------------------------------------
+# A role's public API is `<role>_...` in defaults/main.yml; the names it registers or sets
+# for itself are `<role>__...` (the convention of Ansible's community roles), so an internal
+# name never reads as an option, nor shadows one (issue 55).
+def _unprefixed(role: Path) -> list[str]:
+    names = {n for path in _task_files(role) for n in _internal_names(
+        yaml.safe_load(path.read_text()))}
+    return sorted(n for n in names if not n.startswith(role.name + "__"))
+
+
+@pytest.mark.parametrize("role", ROLES, ids=[r.name for r in ROLES])
+def test_every_registered_or_set_name_has_the_role_prefix(role: Path) -> None:
+    assert _unprefixed(role) == [], f"name it {role.name}__<rest>"
+
+
+def test_the_prefix_check_fails_on_an_unprefixed_name(tmp_path: Path) -> None:
+    role = _planted(tmp_path, [
+        {"name": "r", "ansible.builtin.command": "true", "register": "planted_out"},
+        {"name": "b", "block": [{"name": "f", "ansible.builtin.set_fact": {
+            "planted__ok": 1, "planted_fact": 2, "cacheable": False}}]},
+        {"name": "k", "ansible.builtin.command": "true", "register": "planted__kept"}])
+    assert _unprefixed(role) == ["planted_fact", "planted_out"]

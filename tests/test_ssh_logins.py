@@ -34,7 +34,7 @@ def logins(tmp_path: Path, roles: list[str], **extra: object) -> subprocess.Comp
             {"ansible.builtin.include_role": {"name": "common", "tasks_from": "logins"}},
             {"ansible.builtin.copy": {
                 "dest": str(out), "mode": "0600",
-                "content": "{{ {'ssh': common_ssh_groups, 'operators': common_operator_groups}"
+                "content": "{{ {'ssh': common__ssh_groups, 'operators': common__operator_groups}"
                            " | to_json }}"}},
         ]}]
     # Plain YAML: the play's own template must be evaluated (the inventory's dumper marks
