@@ -296,7 +296,8 @@ def test_the_inventory_check_finds_every_kind_of_read() -> None:
 
 
 # --- every name a role reads has a source --------------------------------------------------
-# A role's tasks, handlers, vars and templates read only names that can come from somewhere:
+# A role's defaults (besides the inventory's gpupool_*), tasks, handlers, vars and templates
+# read only names that can come from somewhere:
 # its defaults and vars, the names it registers or sets (set_fact) itself, the vars: of its
 # tasks and blocks and its loop variables, the defaults of the roles its meta/main.yml
 # depends on, Ansible's own variables, and the few listed below, each with why. A misspelt
@@ -325,6 +326,11 @@ CROSS_ROLE: dict[tuple[str, str], str] = {
     ("nvidia_driver", "nvidia_repo__configured"): _NVIDIA_SOURCE,
     ("nvidia_driver", "nvidia_repo__source"):
         "roles/nvidia_repo's host fact: which source it configured decides the packages",
+    # Read by a default, with default([]) where roles/common did not run on the host.
+    ("hardening", "common__ssh_groups"):
+        "roles/common's host fact: the groups sshd lets in (AllowGroups)",
+    ("slurm", "common__operator_groups"):
+        "roles/common's host fact: the operators' groups pam_slurm_adopt lets through",
 }
 _SET_FACT = {"set_fact", "ansible.builtin.set_fact", "ansible.legacy.set_fact"}
 _INCLUDE_VARS = {"include_vars", "ansible.builtin.include_vars"}
@@ -424,9 +430,11 @@ def _undeclared(source: str) -> set[str]:
 
 
 def _role_reads(role: Path) -> dict[str, set[str]]:
-    """The names each of the role's tasks, handlers, vars files and templates reads."""
+    """The names each of the role's defaults, tasks, handlers, vars files and templates
+    reads."""
     found: dict[str, set[str]] = {}
-    for path in [*_task_files(role), *sorted((role / "vars").glob("**/*.yml"))]:
+    for path in [role / "defaults" / "main.yml", *_task_files(role),
+                 *sorted((role / "vars").glob("**/*.yml"))]:
         sources = _jinja_sources(yaml.safe_load(path.read_text()))
         found[str(path.relative_to(role))] = {n for s in sources for n in _undeclared(s)}
     for path in sorted((role / "templates").glob("**/*.j2")):
@@ -439,8 +447,11 @@ def _unsourced(role: Path) -> dict[str, list[str]]:
     allowed = {n for (r, n) in [*PLAYBOOK_SUPPLIED, *CROSS_ROLE] if r == role.name}
     out: dict[str, list[str]] = {}
     for where, names in _role_reads(role).items():
+        # The defaults read the inventory's gpupool_* (the options' sources), nothing else.
+        inventory = where == "defaults/main.yml"
         missing = sorted(n for n in names - defined - allowed
-                         if not n.startswith("ansible_") and n not in NOT_INVENTORY)
+                         if not n.startswith("ansible_") and n not in NOT_INVENTORY
+                         and not (inventory and _INVENTORY_NAME.fullmatch(n)))
         if missing:
             out[where] = missing
     return out
@@ -459,14 +470,15 @@ def test_every_listed_source_is_read() -> None:
         (set(PLAYBOOK_SUPPLIED) | set(CROSS_ROLE)) & read), "listed but never read"
 
 
-def _planted(tmp_path: Path, tasks: list[dict[str, Any]], template: str = "") -> Path:
+def _planted(tmp_path: Path, tasks: list[dict[str, Any]], template: str = "",
+             defaults: str = "planted_option: 1\n") -> Path:
     """A role under tmp_path/roles: option planted_option, depending on pool_defaults."""
     role = tmp_path / "roles" / "planted"
     for sub in ("defaults", "meta", "tasks", "templates"):
         (role / sub).mkdir(parents=True)
     (tmp_path / "roles" / "pool_defaults" / "defaults").mkdir(parents=True)
     (tmp_path / "roles" / "pool_defaults" / "defaults" / "main.yml").write_text("pool_x: 1\n")
-    (role / "defaults" / "main.yml").write_text("planted_option: 1\n")
+    (role / "defaults" / "main.yml").write_text(defaults)
     (role / "meta" / "main.yml").write_text("dependencies:\n  - role: pool_defaults\n")
     (role / "tasks" / "main.yml").write_text(yaml.safe_dump(tasks))
     (role / "templates" / "t.j2").write_text(template)
@@ -478,8 +490,10 @@ def test_the_source_check_fails_on_an_undefined_name(tmp_path: Path) -> None:
         {"name": "r", "ansible.builtin.command": "true", "register": "planted__out"},
         {"name": "u", "ansible.builtin.debug": {"msg": "{{ planted__outt.stdout }}"},
          "when": "planted_optoin | bool"}],
-        "{{ planted_missing }}{% for h in groups.all %}{{ h }}{% endfor %}")
-    assert _unsourced(role) == {"tasks/main.yml": ["planted__outt", "planted_optoin"],
+        "{{ planted_missing }}{% for h in groups.all %}{{ h }}{% endfor %}",
+        "planted_option: 1\nplanted_node: '{{ gpupool_node | default(other_role__fact) }}'\n")
+    assert _unsourced(role) == {"defaults/main.yml": ["other_role__fact"],
+                                "tasks/main.yml": ["planted__outt", "planted_optoin"],
                                 "templates/t.j2": ["planted_missing"]}
 
 
@@ -494,7 +508,8 @@ def test_the_source_check_passes_every_kind_of_source(tmp_path: Path) -> None:
              "when": ["planted__out is changed", "planted__fact", "planted__v.k",
                       "ansible_check_mode", "inventory_hostname in groups.all"]}]}],
         "{% set n = namespace(k=1) %}{% if item %}{% set a = 1 %}{% endif %}{{ a }}"
-        "{{ hostvars[inventory_hostname].x | default(omit) }}{{ lookup('env', 'X') }}")
+        "{{ hostvars[inventory_hostname].x | default(omit) }}{{ lookup('env', 'X') }}",
+        "planted_option: 1\nplanted_node: '{{ gpupool_node }}'\n")
     assert _unsourced(role) == {}
 
 
