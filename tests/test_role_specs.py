@@ -73,6 +73,9 @@ SHARED_LITERALS: dict[object, tuple[set[str], str]] = {
         "systemd's unit directory, a fact of the OS family"),
     "/etc/tmpfiles.d": ({"dcgm", "slurm"},
                         "systemd's tmpfiles directory, a fact of the OS family"),
+    "/etc/slurm": ({"slurm", "slurm_containers"},
+                   "Debian's slurm packages' configuration directory, where Slurm reads oci.conf "
+                   "beside slurm.conf: a fact of the OS family"),
     "/etc/apt/keyrings": ({"nvidia_repo", "storage"},
                           "APT's keyring directory, a fact of the OS family"),
 }
