@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import shlex
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -56,6 +57,32 @@ def lab13(lab_lock: None, debian13_prepared: tuple[Description, Future[None] | N
         yield path, desc, round(time.monotonic() - start, 1)
     finally:
         labmod.down(desc)
+
+
+# The OCI proof's bundle: an image made on the GPU node with umoci (init, new, insert, then
+# unpack --rootless into role slurm_containers' bundle directory) from a root file system
+# of a few of the node's own binaries with their libraries, and a file only it has.
+BUNDLE = "/var/lib/gpupool/oci-bundles/lane-proof"
+BUNDLE_MARKER = "gpupool-lane-proof"
+BUILD_BUNDLE = f"""set -eu
+r=$(mktemp -d); img=$(mktemp -d)
+mkdir -p $r/usr/bin $r/usr/lib $r/usr/lib64 $r/etc $r/proc $r/sys $r/dev $r/tmp $r/run \\
+  $r/var/run/slurm
+ln -s usr/bin $r/bin; ln -s usr/lib $r/lib; ln -s usr/lib64 $r/lib64
+for f in /usr/bin/sh /usr/bin/id /usr/bin/ls /usr/bin/cat; do
+  for l in $f $(ldd $f | grep -o '/[^ ]*'); do
+    d=$r/usr${{l#/usr}}; mkdir -p $(dirname $d); cp -L $l $d
+  done
+done
+: > $r/etc/resolv.conf; echo {BUNDLE_MARKER} > $r/etc/gpupool-proof
+umoci init --layout $img/layout; umoci new --image $img/layout:proof
+umoci insert --rootless --image $img/layout:proof $r /
+rm -rf {BUNDLE}; umoci unpack --rootless --image $img/layout:proof {BUNDLE}
+chmod -R a+rX {BUNDLE}; rm -rf $r $img"""
+# Run inside the bundle (its sh, ls and cat): what the job sees.
+IN_BUNDLE = ("echo uid=$(id -u); echo marker=$(cat /etc/gpupool-proof); "
+             "echo gpus=$SLURM_STEP_GPUS; echo dev=$(ls /dev); "
+             "[ -e /etc/debian_version ] && echo host_root=yes || echo host_root=no")
 
 
 def _failed(run: Run) -> str:
@@ -112,6 +139,35 @@ def test_debian13_converges_idempotently_gates_and_runs_a_gpu_job(
                                 "-w lab-gpu1 printenv CUDA_VISIBLE_DEVICES\"")
     job_s = round(time.monotonic() - start, 1)
     assert out == "0", out
+
+    # A job runs in an OCI bundle through srun --container (role slurm_containers: Slurm
+    # 24.11's oci.conf, rootless crun): an image made with umoci from a few of the node's
+    # binaries and a file of its own, unpacked into the node's bundle directory. Another
+    # job holds the first fixture GPU meanwhile, so the container's is not the first.
+    start = time.monotonic()
+    _on(desc, GPU_NODE, BUILD_BUNDLE)
+    uid = _on(desc, GPU_NODE, "id -u alice")
+    holder = _on(desc, CONTROLLER, "su - alice -c 'sbatch --parsable -p interactive "
+                                   "--gres=gpu:1 -t 5 -w lab-gpu1 --wrap \"sleep 120\"'")
+    try:
+        deadline = time.monotonic() + 30
+        while _on(desc, CONTROLLER, f"squeue -h -j {holder} -o %T") != "RUNNING":
+            assert time.monotonic() < deadline, f"job {holder} did not start in 30 s"
+            time.sleep(0.5)
+        srun = ("srun -p interactive --gres=gpu:1 -t 5 -w lab-gpu1 "
+                f"--container={BUNDLE} sh -c {shlex.quote(IN_BUNDLE)}")
+        inside = _on(desc, CONTROLLER, f"su - alice -c {shlex.quote(srun)}")
+    finally:
+        _on(desc, CONTROLLER, f"scancel {holder}")
+    container_s = round(time.monotonic() - start, 1)
+    seen = dict(line.split("=", 1) for line in inside.splitlines() if "=" in line)
+    assert seen["uid"] == uid, inside  # the job's own user, not root
+    assert seen["marker"] == BUNDLE_MARKER and seen["host_root"] == "no", inside
+    assert seen["gpus"] in {"1", "2", "3"}, inside  # one GPU, not the holder's
+    # Its own GPU only, of the node's four fixture devices.
+    devices = [d for d in seen["dev"].split() if d.startswith("nvidia")]
+    assert devices == [f"nvidia{seen['gpus']}"], inside
+    assert container_s < 60, f"the OCI proof took {container_s} s"
 
     bench.write("debian13_lab", {
         "hosts": len(desc.nodes), "up_s": up_s, "converge_s": first.seconds,
