@@ -144,7 +144,6 @@ def test_debian13_converges_idempotently_gates_and_runs_a_gpu_job(
     # 24.11's oci.conf, rootless crun): an image made with umoci from a few of the node's
     # binaries and a file of its own, unpacked into the node's bundle directory. Another
     # job holds the first fixture GPU meanwhile, so the container's is not the first.
-    start = time.monotonic()
     _on(desc, GPU_NODE, BUILD_BUNDLE)
     uid = _on(desc, GPU_NODE, "id -u alice")
     holder = _on(desc, CONTROLLER, "su - alice -c 'sbatch --parsable -p interactive "
@@ -159,7 +158,6 @@ def test_debian13_converges_idempotently_gates_and_runs_a_gpu_job(
         inside = _on(desc, CONTROLLER, f"su - alice -c {shlex.quote(srun)}")
     finally:
         _on(desc, CONTROLLER, f"scancel {holder}")
-    container_s = round(time.monotonic() - start, 1)
     seen = dict(line.split("=", 1) for line in inside.splitlines() if "=" in line)
     assert seen["uid"] == uid, inside  # the job's own user, not root
     assert seen["marker"] == BUNDLE_MARKER and seen["host_root"] == "no", inside
@@ -167,7 +165,6 @@ def test_debian13_converges_idempotently_gates_and_runs_a_gpu_job(
     # Its own GPU only, of the node's four fixture devices.
     devices = [d for d in seen["dev"].split() if d.startswith("nvidia")]
     assert devices == [f"nvidia{seen['gpus']}"], inside
-    assert container_s < 60, f"the OCI proof took {container_s} s"
 
     bench.write("debian13_lab", {
         "hosts": len(desc.nodes), "up_s": up_s, "converge_s": first.seconds,
