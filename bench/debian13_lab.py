@@ -1,8 +1,12 @@
 """The suite's Debian 13 lab (tests/conftest.py, debian13_lab_raw): a controller and a GPU
 node booted from a debootstrapped trixie image, converged by playbooks/site.yml with the
 lab stack's Debian 13 lock (Slurm 24.11, the NVIDIA 550 userspace), re-run for idempotence
-and in check mode, gated at the standard tier and given a one-GPU job; wall seconds for
-each step, and the versions the hosts report.
+and in check mode, gated at the standard tier, given a one-GPU job and a one-GPU job in
+an OCI bundle through `srun --container` (role slurm_containers); wall seconds for each
+step, and the versions the hosts report. The OCI figures: a small image (a few of the
+node's binaries) made and unpacked into a bundle with umoci (`oci_bundle_s`), the first
+job in it (`oci_job_s`) and a second one (`oci_job_again_s`). No registry pull is in
+them: the image is made on the node.
 
 tests/integration/test_debian13_lab.py measures these as it proves them and writes
 bench/results/debian13_lab.json; this runs that test.
@@ -18,7 +22,8 @@ import bench
 
 TEST = "tests/integration/test_debian13_lab.py"
 SHAPE = {"hosts": int, "up_s": float, "converge_s": float, "idempotence_s": float,
-         "check_s": float, "gate_s": float, "job_s": float, "debian_version": str,
+         "check_s": float, "gate_s": float, "job_s": float, "oci_bundle_s": float,
+         "oci_job_s": float, "oci_job_again_s": float, "debian_version": str,
          "slurm_version": str, "python_version": str}
 
 

@@ -48,6 +48,8 @@ HEADLINES: list[Figure] = [
     ("one node onboarded, bare to admitted", "onboard", "runs.0.converge_s", "s"),
     ("Debian 13 lab (controller, GPU node): converge from bare / re-run", "debian13_lab",
      "converge_s idempotence_s", "s"),
+    ("job in an OCI bundle (Slurm 24.11, crun): bundle unpacked / first job / second job",
+     "debian13_lab", "oci_bundle_s oci_job_s oci_job_again_s", "s"),
     ("scheduler exporter, one scrape of 10,000 jobs on 1,000 nodes", "exporter",
      "sizes.2.cpu_s_per_scrape", "CPU-s"),
     ("GPU utilization while saturated, gpupool / baseline", "replay",

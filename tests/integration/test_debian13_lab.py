@@ -144,7 +144,9 @@ def test_debian13_converges_idempotently_gates_and_runs_a_gpu_job(
     # 24.11's oci.conf, rootless crun): an image made with umoci from a few of the node's
     # binaries and a file of its own, unpacked into the node's bundle directory. Another
     # job holds the first fixture GPU meanwhile, so the container's is not the first.
+    start = time.monotonic()
     _on(desc, GPU_NODE, BUILD_BUNDLE)
+    bundle_s = round(time.monotonic() - start, 1)
     uid = _on(desc, GPU_NODE, "id -u alice")
     holder = _on(desc, CONTROLLER, "su - alice -c 'sbatch --parsable -p interactive "
                                    "--gres=gpu:1 -t 5 -w lab-gpu1 --wrap \"sleep 120\"'")
@@ -155,9 +157,16 @@ def test_debian13_converges_idempotently_gates_and_runs_a_gpu_job(
             time.sleep(0.5)
         srun = ("srun -p interactive --gres=gpu:1 -t 5 -w lab-gpu1 "
                 f"--container={BUNDLE} sh -c {shlex.quote(IN_BUNDLE)}")
+        start = time.monotonic()
         inside = _on(desc, CONTROLLER, f"su - alice -c {shlex.quote(srun)}")
+        container_job_s = round(time.monotonic() - start, 1)
+        # The same bundle again: what a second job on the node pays (nothing to unpack).
+        start = time.monotonic()
+        again = _on(desc, CONTROLLER, f"su - alice -c {shlex.quote(srun)}")
+        container_again_s = round(time.monotonic() - start, 1)
     finally:
         _on(desc, CONTROLLER, f"scancel {holder}")
+    assert again.splitlines()[0] == inside.splitlines()[0], (inside, again)
     seen = dict(line.split("=", 1) for line in inside.splitlines() if "=" in line)
     assert seen["uid"] == uid, inside  # the job's own user, not root
     assert seen["marker"] == BUNDLE_MARKER and seen["host_root"] == "no", inside
@@ -169,5 +178,7 @@ def test_debian13_converges_idempotently_gates_and_runs_a_gpu_job(
     bench.write("debian13_lab", {
         "hosts": len(desc.nodes), "up_s": up_s, "converge_s": first.seconds,
         "idempotence_s": second.seconds, "check_s": check.seconds, "gate_s": gate_s, "job_s": job_s,
+        "oci_bundle_s": bundle_s, "oci_job_s": container_job_s,
+        "oci_job_again_s": container_again_s,
         "debian_version": debian, "slurm_version": slurm, "python_version": python},
         f"pytest -m integration {bench.debian13_lab.TEST}")
