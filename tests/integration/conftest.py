@@ -156,24 +156,25 @@ def _prepare(desc: Description) -> None:
 
 @pytest.fixture(scope="session")
 def debian13_prepared(request: pytest.FixtureRequest, lab_lock: None
-                      ) -> Iterator[tuple[Description, Future[None] | None]]:
-    """The Debian 13 lane's description, and its image and package mirror being made on a
-    thread: started with the session's first lab (asked for by `lab`), so that on a fresh
-    machine the trixie debootstrap and the NVIDIA 550 downloads run beside the Debian 12
-    lab's converge, which mostly waits on dpkg, and not in the lane's own time. No thread
-    when the session does not run the lane. The lane's `up` makes whatever this did not
-    (a failure here is reported there, where it is made again)."""
-    desc = loader.load_file(write_suite_description(DEBIAN13_POOL, debian13_lab_raw()))
+                      ) -> Iterator[tuple[Path, Description, Future[None] | None]]:
+    """The Debian 13 lane's description (its file and itself), and its image and package mirror
+    being made on a thread: started with the session's first lab (asked for by `lab`), so
+    that on a fresh machine the trixie debootstrap and the NVIDIA 550 downloads run beside
+    the Debian 12 lab's converge, which mostly waits on dpkg, and not in the lane's own
+    time. No thread when the session does not run the lane. The lane's `up` makes whatever
+    this did not (a failure here is reported there, where it is made again)."""
+    path = write_suite_description(DEBIAN13_POOL, debian13_lab_raw())
+    desc = loader.load_file(path)
     if not any(item.path.name == DEBIAN13_LANE for item in request.session.items):
-        yield desc, None
+        yield path, desc, None
         return
     with ThreadPoolExecutor(1, thread_name_prefix="debian13") as pool:
-        yield desc, pool.submit(_prepare, desc)
+        yield path, desc, pool.submit(_prepare, desc)
 
 
 @pytest.fixture(scope="session")
 def lab(lab_lock: None, lab_desc: Description,
-        debian13_prepared: tuple[Description, Future[None] | None]
+        debian13_prepared: tuple[Path, Description, Future[None] | None]
         ) -> Iterator[labmod.LabState]:
     """Fresh lab hosts for this session (whatever a previous run left is removed first)."""
     labmod.down(lab_desc)

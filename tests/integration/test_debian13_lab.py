@@ -28,7 +28,6 @@ from gpupool.lab import hosts as labmod
 from gpupool.render.cloud import launch
 from gpupool.spec import os_release
 from gpupool.spec.model import Description, OsRelease
-from tests.conftest import DEBIAN13_POOL, debian13_lab_raw, write_suite_description
 from tests.integration.conftest import PROFILE_ROLES, Run, ansible_playbook
 
 pytestmark = pytest.mark.integration
@@ -38,13 +37,12 @@ PREPARE_TIMEOUT_S = 1800  # a debootstrap and a driver's downloads, on a slow mi
 
 
 @pytest.fixture(scope="module")
-def lab13(lab_lock: None, debian13_prepared: tuple[Description, Future[None] | None]
+def lab13(lab_lock: None, debian13_prepared: tuple[Path, Description, Future[None] | None]
           ) -> Iterator[tuple[Path, Description, float]]:
     """Fresh Debian 13 hosts for this module: their description's file, the description
     and the seconds they took to come up (once the session's thread made their image and
     mirror: up_s is the hosts' own time)."""
-    desc, prepared = debian13_prepared
-    path = write_suite_description(DEBIAN13_POOL, debian13_lab_raw())
+    path, desc, prepared = debian13_prepared
     assert labmod.lab_release(desc) is OsRelease.DEBIAN_13
     if prepared is not None:
         with contextlib.suppress(Exception):  # up() makes it again, and says what failed
