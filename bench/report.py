@@ -50,6 +50,8 @@ HEADLINES: list[Figure] = [
      "converge_s idempotence_s", "s"),
     ("job in an OCI bundle (Slurm 24.11, crun): bundle unpacked / first job / second job",
      "debian13_lab", "oci_bundle_s oci_job_s oci_job_again_s", "s"),
+    ("environment image from the pool's registry: pull cold / pull cached / job in it",
+     "debian13_lab", "registry_pull_cold_s registry_pull_cached_s registry_job_s", "s"),
     ("scheduler exporter, one scrape of 10,000 jobs on 1,000 nodes", "exporter",
      "sizes.2.cpu_s_per_scrape", "CPU-s"),
     ("GPU utilization while saturated, gpupool / baseline", "replay",
@@ -101,6 +103,14 @@ RUNBOOK_FIGURES: dict[str, list[Figure]] = {
         ("newest valid checkpoint fetched and verified", "drills",
          "disaster-recovery.restore_s", "s"),
         ("restored job resumed at step", "drills", "disaster-recovery.resumed_at_step", ""),
+    ],
+    "registry-node-cannot-pull.md": [
+        ("declared image pulled cold into a bundle / again, cached", "debian13_lab",
+         "registry_pull_cold_s registry_pull_cached_s", "s"),
+    ],
+    "environment-image-broken.md": [
+        ("a version already on the node: pulled (cached) / a job in it", "debian13_lab",
+         "registry_pull_cached_s registry_job_cached_s", "s"),
     ],
     "storage-full.md": [
         ("storage outage / checkpoint saves that failed in it", "drills",

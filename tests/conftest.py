@@ -104,6 +104,9 @@ def suite_lab_raw() -> dict[str, Any]:
 DEBIAN13_POOL = "labtest13"
 DEBIAN13_ADDRESS_SHIFT = 20
 DEBIAN13_NODES = ("lab-ctl", "lab-gpu1")
+DEBIAN13_CONTROLLER = DEBIAN13_NODES[0]
+# The environment image the Debian 13 lane declares, pushes to the registry and runs in.
+DEBIAN13_IMAGE = ("lane-proof", "1.0.0")
 
 
 def debian13_lab_raw() -> dict[str, Any]:
@@ -119,6 +122,13 @@ def debian13_lab_raw() -> dict[str, Any]:
     held = {g["model"]: g["count"] for g in gpus.values() if g}
     for team in raw["teams"].values():
         team["quota"] = {m: min(q, held.get(m, 0)) for m, q in team["quota"].items()}
+    # The pool's registry on the controller (role image_registry), keeping its images on
+    # the checkpoints tier, and the image the lane pushes there and runs a job in.
+    raw["image_registry"] = {"host": DEBIAN13_CONTROLLER, "tier": "checkpoints",
+                             "size_gib": 20}
+    raw["environment_images"] = {DEBIAN13_IMAGE[0]: {
+        "version": DEBIAN13_IMAGE[1], "base": "docker.io/library/debian:trixie-slim",
+        "cuda": "12.4", "teams": sorted(raw["teams"])[:1]}}
     return raw
 
 

@@ -155,6 +155,8 @@ ON_HOST: dict[str, tuple[str | None, str | None, set[str], set[str]]] = {
     "gpupool/onhost/web_password": ("monitoring", "monitoring_packages", {"bcrypt"}, set()),
     "gpupool/onhost/oci_runtime": ("slurm_containers", "slurm_containers_packages", set(),
                                    set()),
+    "gpupool/onhost/image_pull": ("image_registry", "image_registry__client_packages", set(),
+                                  set()),
     # Copied beside checkpoint_age and slurm_exporter by their roles; the gate runs it too.
     "gpupool/onhost/prom_textfile": (None, None, set(), set()),
     # The gate copies the burn-in to the node under test; PyTorch is the node's own, if

@@ -37,7 +37,7 @@ from pydantic import BaseModel
 from gpupool.render import ansible_yaml, inventory
 from gpupool.spec import loader
 from gpupool.spec.model import Description, Role
-from tests.conftest import ROOT
+from tests.conftest import ROOT, raw_stack
 
 pytest.importorskip("ansible")
 
@@ -120,7 +120,12 @@ class Hostile:
 
 @functools.cache
 def benign() -> Description:
-    return loader.load_stack("lab")
+    """The lab stack, with the pool's registry declared on its controller: the stack
+    declares none (the Debian 13 lane's lab does), and role image_registry's templates
+    must meet the hostile values too."""
+    raw = raw_stack("lab")
+    raw["image_registry"] = {"host": "lab-ctl", "tier": "checkpoints", "size_gib": 20}
+    return loader.parse(raw, "lab")
 
 
 @functools.cache

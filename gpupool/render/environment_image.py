@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from gpupool.spec.catalog import MANAGEMENT_SEGMENT
 from gpupool.spec.model import REGISTRY_HOST, Description, EnvironmentImage
 
 DIGEST_LABEL = "gpupool.declaration-digest"
@@ -106,5 +107,34 @@ def render(desc: Description, registry: str) -> list[Rendered]:
 
 
 def default_registry(desc: Description) -> str:
-    """Until the registry is declared (issue 54's next part): registry.<pool domain>."""
-    return f"registry.{desc.pool.domain}"
+    """The declared registry's host:port (its host's management address), else
+    registry.<pool domain>."""
+    reg = desc.image_registry
+    if reg is None:
+        return f"registry.{desc.pool.domain}"
+    return f"{desc.nodes[reg.host].addresses[MANAGEMENT_SEGMENT]}:{reg.port}"
+
+
+# Where the registry keeps its images under its tier's mount.
+REGISTRY_DIR = "gpupool-registry"
+
+
+def registry_plan(desc: Description) -> dict[str, Any] | None:
+    """Role image_registry's plan: the host, where it listens and keeps its images, and
+    every declared image's reference (what nodes pull and the gate starts); None where no
+    registry is declared."""
+    reg = desc.image_registry
+    if reg is None:
+        return None
+    tier = desc.storage_tiers[reg.tier]
+    if tier.mount is None:  # refused by rule image-registry-tier
+        raise ValueError(f"image_registry.tier {reg.tier} has no mount")
+    address = desc.nodes[reg.host].addresses[MANAGEMENT_SEGMENT]
+    registry = default_registry(desc)
+    return {"host": reg.host, "address": address, "port": reg.port, "registry": registry,
+            "tier": reg.tier, "path": f"{tier.mount.path.rstrip('/')}/{REGISTRY_DIR}",
+            "size_gib": reg.size_gib,
+            "images": [{"name": i.name, "version": i.version, "digest": i.digest,
+                        "reference": i.reference,
+                        "repository": f"{desc.pool.name}/{i.name}"}
+                       for i in render(desc, registry)]}

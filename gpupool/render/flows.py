@@ -29,6 +29,9 @@ the control plane, and the pod network's ports between the cluster's nodes. Thei
 are the pseudo segments KUBERNETES_* in segment_sources(). Burst nodes, workers too, come
 from their subnets' block; their security groups' side is cloud.network.kubernetes_rules().
 
+A declared image registry adds its port on its host's management address, from the
+compute and login nodes' management addresses and the burst nodes' block (REGISTRY_CLIENTS).
+
 A burst node's own host firewall (the image's) is burst_inbound(): the same allowances on
 the burst segment, for any of its addresses, since an image serves every node. Its
 security groups cannot leave ports out of a flow of protocol `all`; this keeps the
@@ -100,7 +103,7 @@ def segment_sources(desc: Description) -> dict[str, tuple[str, ...]]:
         if segment == "management":
             addresses.update(desc.network.admin_cidrs)
     out = {s: tuple(sorted(a)) for s, a in found.items()}
-    return out | slurm_sources(desc) | kubernetes_sources(desc)
+    return out | slurm_sources(desc) | kubernetes_sources(desc) | registry_sources(desc)
 
 
 SLURM_HOSTS = "slurm-hosts"  # pseudo segment: where srun's steps and slurmctld answer from
@@ -135,6 +138,31 @@ def slurm_inbound(desc: Description, node: str,
             MANAGEMENT_SEGMENT not in n.addresses):
         return []
     return [_srun(MANAGEMENT_SEGMENT, sources)]
+
+
+REGISTRY_CLIENTS = "registry-clients"  # pseudo segment: the nodes that pull images
+
+
+def registry_sources(desc: Description) -> dict[str, tuple[str, ...]]:
+    """Who pulls from the declared image registry: the compute and login nodes' management
+    addresses and the burst nodes' block (over the hybrid link); none without a registry."""
+    if desc.image_registry is None:
+        return {}
+    hosts = {n.addresses[MANAGEMENT_SEGMENT] for n in desc.nodes.values()
+             if {NodeRole.COMPUTE, NodeRole.LOGIN} & set(n.roles)
+             and MANAGEMENT_SEGMENT in n.addresses}
+    return {REGISTRY_CLIENTS: tuple(sorted(hosts | set(_burst_block(desc))))}
+
+
+def registry_inbound(desc: Description, node: str,
+                     sources: dict[str, tuple[str, ...]]) -> list[Allowance]:
+    """The registry's port on its host's management address, from the nodes that pull;
+    nothing on other hosts."""
+    reg = desc.image_registry
+    if reg is None or reg.host != node:
+        return []
+    return [Allowance(MANAGEMENT_SEGMENT, REGISTRY_CLIENTS, sources[REGISTRY_CLIENTS], "tcp",
+                      (reg.port,))]
 
 
 def kubernetes_member(desc: Description, node: str) -> bool:
@@ -198,7 +226,8 @@ def inbound(desc: Description, node: str,
     render's segment_sources() when calling this for many nodes."""
     sources = segment_sources(desc) if sources is None else sources
     return (_flows_into(desc, set(desc.nodes[node].addresses), sources)
-            + slurm_inbound(desc, node, sources) + kubernetes_inbound(desc, node, sources))
+            + slurm_inbound(desc, node, sources) + kubernetes_inbound(desc, node, sources)
+            + registry_inbound(desc, node, sources))
 
 
 def burst_inbound(desc: Description,

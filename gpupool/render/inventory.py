@@ -1,7 +1,8 @@
 """The Ansible inventory derived from a pool description.
 
 Groups: role_*, class_*, site_*, leaf_*, rack_*, team_* (a node's owner team), gpu_*
-(GPU model), burst_* (cloud nodes join these when they register) and controller_primary.
+(GPU model), burst_* (cloud nodes join these when they register), controller_primary and
+image_registry (the declared registry's host).
 Group names use underscores because Ansible rejects '-' in them.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpupool.render import ansible_yaml, flows, node_labels, scheduling, slurm
+from gpupool.render import ansible_yaml, environment_image, flows, node_labels, scheduling, slurm
 from gpupool.render import mig_config as mig_render
 from gpupool.render.cloud import iam, names
 from gpupool.spec import os_release
@@ -20,6 +21,7 @@ from gpupool.spec.facts import controller, gpu_capacity, rack_places
 from gpupool.spec.model import Description, duration_seconds
 
 PRIMARY_GROUP = "controller_primary"
+REGISTRY_GROUP = "image_registry"  # the host of the declared registry (role image_registry)
 # The pool-wide variables (pool_vars) are held once, by the primary controller's host
 # variable POOL_WIDE, and `all` names each by a template that reads it there: in a play the
 # reference costs nothing, but `ansible-inventory --list` (what AWX and Semaphore sync)
@@ -107,6 +109,9 @@ def pool_vars(desc: Description) -> dict[str, Any]:
         "gpupool_failover": desc.failover.model_dump(mode="json") if desc.failover else None,
         # Idle-GPU reclaim per task class (gpupool/render/scheduling.py), for the controller.
         "gpupool_idle_reclaim": scheduling.idle_reclaim_plan(desc),
+        # The declared image registry and the images it serves (role image_registry), or
+        # None: no registry.
+        "gpupool_image_registry": environment_image.registry_plan(desc),
         **({"gpupool_description_file": str(desc.source)} if desc.source else {}),
     }
 
@@ -190,6 +195,8 @@ def build(desc: Description, extra_vars: dict[str, Any] | None = None,
     # The primary controller alone: the accounting database, metrics, backups and the
     # record of rollouts live there (a backup controller is in role_controller too).
     add(PRIMARY_GROUP, controller(desc))
+    if desc.image_registry is not None:
+        add(REGISTRY_GROUP, desc.image_registry.host)
     for team in desc.teams:
         add(group_name("team", team))
     for burst in desc.burst_groups:

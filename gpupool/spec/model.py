@@ -793,6 +793,30 @@ class EnvironmentImage(Strict):
     task_classes: list[str] = []
 
 
+# The registry's port: unprivileged, and none of the ports the pool's daemons already use
+# (rule image-registry-port).
+REGISTRY_PORT_RANGE = (1024, 65535)
+
+
+class ImageRegistry(Strict):
+    """The pool's own registry for its environment images (role image_registry): Debian's
+    docker-registry on one on-prem node, over TLS with a certificate the pool's CA signs
+    and password authentication. Nodes pull from it on the registry host's management
+    address, read-only; images are pushed only on the registry host itself (a second,
+    writable instance on its loopback). Absent: no registry; images are pushed wherever
+    `gpupool images --registry` names."""
+
+    # The node (a key of `nodes`) that serves the registry; it needs a management address.
+    host: Name
+    # The TCP port nodes pull from, on the host's management address.
+    port: Annotated[Int, Field(ge=REGISTRY_PORT_RANGE[0], le=REGISTRY_PORT_RANGE[1])] = 5000
+    # The storage tier (a key of `storage_tiers`, mounted on-prem) that holds the images:
+    # under <mount path>/gpupool-registry.
+    tier: Name
+    # The space the registry may take on the tier, GiB; the tier must hold it.
+    size_gib: Annotated[Int, Field(ge=1, le=10_000_000)]
+
+
 class Description(Strict):
     """A whole pool. `version` is the schema version, for migrations."""
 
@@ -823,6 +847,8 @@ class Description(Strict):
     # Absent: none.
     environment_images: dict[Annotated[str, StringConstraints(
         pattern=IMAGE_NAME_RE, max_length=IMAGE_NAME_MAX)], EnvironmentImage] = {}
+    # The pool's own registry that serves the environment images. Absent: none.
+    image_registry: ImageRegistry | None = None
     health: Health = Health()  # The health loop on every compute node.
     backup: Backup | None = None  # Backups of the Slurm controller.
     failover: Failover | None = None  # A backup Slurm controller.

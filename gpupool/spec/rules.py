@@ -24,6 +24,7 @@ from gpupool.spec.catalog import (
     FIXED_IN,
     GPU_MODELS,
     INSTANCE_TYPES,
+    MANAGEMENT_PLANE_PORTS,
     MANAGEMENT_SEGMENT,
     MIG_GEOMETRIES,
     MOUNT_OPTIONS,
@@ -36,6 +37,7 @@ from gpupool.spec.catalog import (
     SLURM_MAX_PRIORITY_TIER,
     SLURMCTLD_PORT,
     SLURMD_PORT,
+    SRUN_PORTS,
     SSH_PORT,
     SYSTEM_ACCOUNTS,
     SYSTEM_DIRECTORIES,
@@ -716,6 +718,61 @@ def environment_image_cuda(desc: Description) -> Iterator[Problem]:
                               f"{row.label} needs NVIDIA driver {row.driver} or later; "
                               f"{where} is locked at {driver} ({release.value} nodes)",
                               image.cuda)
+
+
+# Ports a registry may not take on its host: the management plane's, srun's range, and
+# what the monitoring role (Prometheus, Alertmanager) and a Kubernetes node (API server,
+# kubelet, etcd, the pod networks' BGP and health ports) listen on.
+REGISTRY_TAKEN_PORTS = frozenset({*MANAGEMENT_PLANE_PORTS, 9090, 9093, 6443, 10250, 2379, 2380,
+                                  179, 4240, *range(SRUN_PORTS[0], SRUN_PORTS[1] + 1)})
+GIB_PER_TIB = 1024
+
+
+@rule("image_registry", "nodes", "storage_tiers")
+def image_registry(desc: Description) -> Iterator[Problem]:
+    """The registry's host is an on-prem node nodes reach on its management address, on a
+    port nothing else there listens on; its images live on a mounted on-prem tier large
+    enough for the space it is given."""
+    reg = desc.image_registry
+    if reg is None:
+        return
+    node = desc.nodes.get(reg.host)
+    if node is None:
+        yield Problem("image_registry.host", "image-registry-host",
+                      unknown("node", reg.host, desc.nodes), reg.host)
+    elif MANAGEMENT_SEGMENT not in node.addresses:
+        yield Problem("image_registry.host", "image-registry-host",
+                      f"node {reg.host} has no {MANAGEMENT_SEGMENT} address for nodes to "
+                      "pull from", reg.host)
+    elif ":" in node.addresses[MANAGEMENT_SEGMENT]:
+        # An image reference names its registry host[:port]: an IPv6 address has no place
+        # there without brackets, which skopeo's and Slurm's parsers do not all take.
+        yield Problem("image_registry.host", "image-registry-host",
+                      f"node {reg.host}'s {MANAGEMENT_SEGMENT} address is IPv6: the registry "
+                      "is named by an IPv4 address in image references", reg.host)
+    if reg.port in REGISTRY_TAKEN_PORTS:
+        yield Problem("image_registry.port", "image-registry-port",
+                      "another of the pool's daemons listens on it (the management plane, "
+                      "srun's range, monitoring or Kubernetes): pick another", reg.port)
+    tier = desc.storage_tiers.get(reg.tier)
+    if tier is None:
+        yield Problem("image_registry.tier", "image-registry-tier",
+                      unknown("storage tier", reg.tier, desc.storage_tiers), reg.tier)
+        return
+    if tier.mount is None or tier.mount.fstype is FsType.OBJECT or (
+            tier.located is Location.CLOUD):
+        yield Problem("image_registry.tier", "image-registry-tier",
+                      "the registry keeps its images in a file system on its host: name a "
+                      "tier with an on-prem local, NFS or Lustre mount", reg.tier)
+    elif "ro" in tier.mount.options:
+        yield Problem("image_registry.tier", "image-registry-tier",
+                      f"tier {reg.tier} is mounted read-only (option ro): the registry writes "
+                      "its images there", reg.tier)
+    capacity = tier.size_tib * GIB_PER_TIB
+    if reg.size_gib > capacity:
+        yield Problem("image_registry.size_gib", "image-registry-size",
+                      f"tier {reg.tier} holds {capacity:g} GiB ({tier.size_tib:g} TiB), less "
+                      f"than the {reg.size_gib} GiB the registry is given", reg.size_gib)
 
 
 @rule("pool", "software", "node_classes", "nodes")

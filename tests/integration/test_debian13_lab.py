@@ -12,8 +12,10 @@ rest of the suite's proofs (drills, failover, monitoring, the replay).
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import shlex
+import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -25,9 +27,11 @@ import bench
 import bench.debian13_lab
 from gpupool.gate import runner as gate_runner
 from gpupool.lab import hosts as labmod
+from gpupool.render import environment_image
 from gpupool.render.cloud import launch
 from gpupool.spec import os_release
 from gpupool.spec.model import Description, OsRelease
+from tests.conftest import DEBIAN13_IMAGE
 from tests.integration.conftest import PROFILE_ROLES, Run, ansible_playbook
 
 pytestmark = pytest.mark.integration
@@ -62,6 +66,7 @@ def lab13(lab_lock: None, debian13_prepared: tuple[Path, Description, Future[Non
 # of a few of the node's own binaries with their libraries, and a file only it has.
 BUNDLE = "/var/lib/gpupool/oci-bundles/lane-proof"
 BUNDLE_MARKER = "gpupool-lane-proof"
+LAYOUT = "/var/tmp/lane-layout"  # the image's OCI layout, kept to push to the registry
 BUILD_BUNDLE = f"""set -eu
 r=$(mktemp -d); img=$(mktemp -d)
 mkdir -p $r/usr/bin $r/usr/lib $r/usr/lib64 $r/etc $r/proc $r/sys $r/dev $r/tmp $r/run \\
@@ -76,7 +81,7 @@ done
 umoci init --layout $img/layout; umoci new --image $img/layout:proof
 umoci insert --rootless --image $img/layout:proof $r /
 rm -rf {BUNDLE}; umoci unpack --rootless --image $img/layout:proof {BUNDLE}
-chmod -R a+rX {BUNDLE}; rm -rf $r $img"""
+chmod -R a+rX {BUNDLE}; rm -rf {LAYOUT}; mv $img/layout {LAYOUT}; rm -rf $r $img"""
 # Run inside the bundle (its sh, ls and cat): what the job sees.
 IN_BUNDLE = ("echo uid=$(id -u); echo marker=$(cat /etc/gpupool-proof); "
              "echo gpus=$SLURM_STEP_GPUS; echo dev=$(ls /dev); "
@@ -173,10 +178,69 @@ def test_debian13_converges_idempotently_gates_and_runs_a_gpu_job(
     devices = [d for d in seen["dev"].split() if d.startswith("nvidia")]
     assert devices == [f"nvidia{seen['gpus']}"], inside
 
+    registry = _registry_proof(desc, inside.splitlines()[0], tmp_path)
+
     bench.write("debian13_lab", {
         "hosts": len(desc.nodes), "up_s": up_s, "converge_s": first.seconds,
         "idempotence_s": second.seconds, "check_s": check.seconds, "gate_s": gate_s, "job_s": job_s,
         "oci_bundle_s": bundle_s, "oci_job_s": container_job_s,
-        "oci_job_again_s": container_again_s,
+        "oci_job_again_s": container_again_s, **registry,
         "debian_version": debian, "slurm_version": slurm, "python_version": python},
         f"pytest -m integration {bench.debian13_lab.TEST}")
+
+
+def _registry_proof(desc: Description, first_line: str, tmp_path: Path) -> dict[str, float]:
+    """The declared image through the pool's registry (role image_registry): pushed on the
+    registry's host to its loopback instance, refused to a node's credential and to no
+    credential, pulled by the GPU node's pull program into a bundle (cold), a job run in
+    it through Slurm, then pulled again (cached: nothing fetched) and run again."""
+    plan = environment_image.registry_plan(desc)
+    assert plan is not None
+    image = next(i for i in plan["images"] if i["name"] == DEBIAN13_IMAGE[0])
+    # The layout made on the GPU node goes to the registry's host, which alone may push.
+    staging = tmp_path / "layout"
+    for argv in (["podman", "cp", f"{labmod.container_name(desc, GPU_NODE)}:{LAYOUT}",
+                  str(staging)],
+                 ["podman", "cp", str(staging), f"{labmod.container_name(desc, CONTROLLER)}:"
+                  f"{LAYOUT}"]):
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 0, (argv, proc.stderr)
+    loopback = image["reference"].replace(plan["registry"], f"127.0.0.1:{plan['port']}", 1)
+    start = time.monotonic()
+    _on(desc, CONTROLLER, "skopeo copy --quiet --dest-creds "
+                          "push:$(cat /etc/gpupool/registry/push.password) "
+                          f"oci:{LAYOUT}:proof docker://{shlex.quote(loopback)}")
+    push_s = round(time.monotonic() - start, 1)
+    # A node holds the read-only account: its push is refused, as is one with no account,
+    # and the writable instance is not reachable from it at all.
+    target = f"docker://{plan['registry']}/{plan['images'][0]['repository']}:refused"
+    for creds in ("--dest-authfile /etc/gpupool/registry-auth.json", "--dest-no-creds"):
+        proc = labmod.ssh(desc, GPU_NODE, f"skopeo copy --quiet {creds} "
+                                          f"oci:{LAYOUT}:proof {shlex.quote(target)}",
+                          timeout=120)
+        assert proc.returncode != 0, (creds, proc.stdout, proc.stderr)
+    # Pulled cold: fetched and unpacked into the bundle directory.
+    name = f"{image['name']}:{image['version']}"
+    pulled = json.loads(_on(desc, GPU_NODE, f"gpupool-image-pull --json {name}"))
+    assert pulled["state"] == "pulled", pulled
+    bundle = pulled["detail"]
+    srun = ("srun -p interactive --gres=gpu:1 -t 5 -w lab-gpu1 "
+            f"--container={bundle} sh -c {shlex.quote(IN_BUNDLE)}")
+    start = time.monotonic()
+    inside = _on(desc, CONTROLLER, f"su - alice -c {shlex.quote(srun)}")
+    job_s = round(time.monotonic() - start, 1)
+    assert inside.splitlines()[0] == first_line, inside  # the same user, in the image
+    assert f"marker={BUNDLE_MARKER}" in inside.splitlines(), inside
+    # Cached: the version's bundle is there, nothing is fetched again.
+    again = json.loads(_on(desc, GPU_NODE, f"gpupool-image-pull --json {name}"))
+    assert again["state"] == "cached" and again["detail"] == bundle, again
+    start = time.monotonic()
+    inside_again = _on(desc, CONTROLLER, f"su - alice -c {shlex.quote(srun)}")
+    job_again_s = round(time.monotonic() - start, 1)
+    assert inside_again == inside, (inside, inside_again)
+    # An image the description does not declare is no pull: the program refuses it.
+    proc = labmod.ssh(desc, GPU_NODE, "gpupool-image-pull other:1.0.0", timeout=60)
+    assert proc.returncode == 2 and "not a declared image" in proc.stderr, proc.stderr
+    return {"registry_push_s": push_s, "registry_pull_cold_s": pulled["seconds"],
+            "registry_pull_cached_s": again["seconds"], "registry_job_s": job_s,
+            "registry_job_cached_s": job_again_s}
