@@ -19,8 +19,9 @@ SECTIONS = ("## Symptoms", "## Checks", "## Actions", "## Expected time to recov
 EXTERNAL = {"sinfo", "scontrol", "sacct", "squeue", "sprio", "sshare", "sacctmgr", "sbatch",
             "scancel", "nvidia-smi", "dcgmi", "journalctl", "ip", "nft", "df", "du", "ls",
             "grep", "cat", "aws", "pulumi", "systemctl", "skopeo", "docker-registry",
-            # gpupool's own programs on the nodes (role image_registry installs it).
-            "gpupool-image-pull"}
+            # gpupool's own programs on the nodes and the registry's host (role
+            # image_registry installs them).
+            "gpupool-image-pull", "gpupool-registry-prune"}
 ROLE_VARS = {m for p in (ROOT / "roles").glob("*/defaults/main.yml")
              for m in re.findall(r"^([a-z_]+):", p.read_text(), re.M)}
 
