@@ -10,8 +10,9 @@ declared, pushed to the pool's registry on the controller (role image_registry,
 `registry_push_s`), pulled by the GPU node's pull program into a bundle
 (`registry_pull_cold_s`: fetched over TLS and unpacked) and again (`registry_pull_cached_s`:
 the version's bundle is there), with a job run in it after each (`registry_job_s`,
-`registry_job_cached_s`). The image is a few MB: these are the mechanism's costs, not a
-CUDA image's.
+`registry_job_cached_s`); a version no declaration names deleted and its blobs collected
+(`registry_prune_s`, the writable instance stopped and started again). The image is a few
+MB: these are the mechanism's costs, not a CUDA image's.
 
 tests/integration/test_debian13_lab.py measures these as it proves them and writes
 bench/results/debian13_lab.json; this runs that test.
@@ -30,7 +31,8 @@ SHAPE = {"hosts": int, "up_s": float, "converge_s": float, "idempotence_s": floa
          "check_s": float, "gate_s": float, "job_s": float, "oci_bundle_s": float,
          "oci_job_s": float, "oci_job_again_s": float, "registry_push_s": float,
          "registry_pull_cold_s": float, "registry_pull_cached_s": float,
-         "registry_job_s": float, "registry_job_cached_s": float, "debian_version": str,
+         "registry_job_s": float, "registry_job_cached_s": float, "registry_prune_s": float,
+         "debian_version": str,
          "slurm_version": str, "python_version": str}
 
 

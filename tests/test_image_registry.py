@@ -142,6 +142,7 @@ dest=${5#oci:}; mkdir -p "${dest%:*}"
 UMOCI = """#!/bin/sh
 echo "umoci $*" >> "$TOOL_LOG"
 out=$5; mkdir -p "$out/rootfs"; echo '{}' > "$out/config.json"
+chmod 700 "$out" "$out/rootfs"; chmod 600 "$out/config.json"
 """
 
 
@@ -178,6 +179,10 @@ def test_a_declared_image_is_pulled_once_then_kept(
     assert rc == 0 and first["state"] == "pulled", first
     bundle = node / "bundles" / "pytorch-1.4.0"
     assert first["detail"] == str(bundle) and (bundle / "config.json").is_file()
+    # A job's user opens the bundle: umoci left it to root alone.
+    assert {p.name: p.stat().st_mode & 0o777 for p in (bundle, bundle / "rootfs",
+                                                        bundle / "config.json")} == {
+        "pytorch-1.4.0": 0o755, "rootfs": 0o755, "config.json": 0o644}
     log = (node / "tools.log").read_text().splitlines()
     assert log[0] == (f"skopeo copy --quiet --authfile {node}/auth.json "
                       f"docker://10.40.9.10:5000/pool/pytorch:1.4.0 "

@@ -151,6 +151,12 @@ def pull(catalogue: Catalogue, image: Image) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     _run(["umoci", "unpack", "--rootless", "--image", f"{layout}:{image.version}",
           str(staging)], UNPACK_TIMEOUT_S)
+    # umoci leaves the bundle, its rootfs and config.json to the unpacking user (root)
+    # alone; a job runs it as its own user, who must open them. The image's own files keep
+    # the modes the image gives them.
+    for path, mode in ((staging, 0o755), (staging / "rootfs", 0o755),
+                       (staging / "config.json", 0o644)):
+        path.chmod(mode)
     (staging / MARKER).write_text(json.dumps(
         {"reference": image.reference, "declaration_digest": image.digest}) + "\n")
     old = catalogue.bundle_dir / f".{image.key}.old"

@@ -138,6 +138,8 @@ RESERVED_USERS = frozenset({
     "messagebus", "sshd", "polkitd", "avahi", "statd", "_rpc", "_chrony", "chrony", "ntp",
     "slurm", "munge", "nvidia-persistenced", "prometheus", "node-exporter", "dcgm",
     "nvidia-dcgm", "ansible", "admin", "operator", "ubuntu", "debian", "ec2-user",
+    # Debian's docker-registry package (role image_registry, on the registry's host).
+    "docker-registry",
 })
 # Kubernetes namespaces of the system and of the operators gpupool deploys: a team's
 # namespace (named as the team) must not be one of them.

@@ -81,7 +81,8 @@ done
 umoci init --layout $img/layout; umoci new --image $img/layout:proof
 umoci insert --rootless --image $img/layout:proof $r /
 rm -rf {BUNDLE}; umoci unpack --rootless --image $img/layout:proof {BUNDLE}
-chmod -R a+rX {BUNDLE}; rm -rf {LAYOUT}; mv $img/layout {LAYOUT}; rm -rf $r $img"""
+chmod -R a+rX {BUNDLE}; rm -rf {LAYOUT}; mv $img/layout {LAYOUT}; rm -rf $r $img
+umoci config --image {LAYOUT}:proof --tag older --config.label gpupool.lane=older"""
 # Run inside the bundle (its sh, ls and cat): what the job sees.
 IN_BUNDLE = ("echo uid=$(id -u); echo marker=$(cat /etc/gpupool-proof); "
              "echo gpus=$SLURM_STEP_GPUS; echo dev=$(ls /dev); "
@@ -207,10 +208,37 @@ def _registry_proof(desc: Description, first_line: str, tmp_path: Path) -> dict[
         assert proc.returncode == 0, (argv, proc.stderr)
     loopback = image["reference"].replace(plan["registry"], f"127.0.0.1:{plan['port']}", 1)
     start = time.monotonic()
+    proc = labmod.ssh(desc, CONTROLLER, "skopeo copy --quiet --dest-creds "
+                                        "push:$(cat /etc/gpupool/registry/push.password) "
+                                        f"oci:{LAYOUT}:proof docker://{shlex.quote(loopback)}",
+                      timeout=120)
+    push_s = round(time.monotonic() - start, 1)
+    # On failure, what the registry's units said: the lane runs where nobody can look.
+    if proc.returncode != 0:
+        units = labmod.ssh(desc, CONTROLLER, "systemctl --no-pager status gpupool-registry-push "
+                                             "gpupool-registry; journalctl --no-pager -n 40 "
+                                             "-u gpupool-registry-push -u gpupool-registry",
+                           timeout=60).stdout
+        pytest.fail(f"push refused: {proc.stderr}\n{units}")
+    # A version no declaration names (another manifest, the same layer), pushed beside it:
+    # the prune program deletes it and collects its blobs, and keeps the declared one.
+    undeclared = loopback.rsplit(":", 1)[0] + ":0.9.0"
     _on(desc, CONTROLLER, "skopeo copy --quiet --dest-creds "
                           "push:$(cat /etc/gpupool/registry/push.password) "
-                          f"oci:{LAYOUT}:proof docker://{shlex.quote(loopback)}")
-    push_s = round(time.monotonic() - start, 1)
+                          f"oci:{LAYOUT}:older docker://{shlex.quote(undeclared)}")
+    dry = [json.loads(line) for line in _on(
+        desc, CONTROLLER, "gpupool-registry-prune --dry-run --json").splitlines()]
+    assert [(d["tag"], d["state"]) for d in dry[:-1]] == [("0.9.0", "would delete")], dry
+    start = time.monotonic()
+    pruned = [json.loads(line) for line in _on(
+        desc, CONTROLLER, "gpupool-registry-prune --collect --json").splitlines()]
+    prune_s = round(time.monotonic() - start, 1)
+    assert pruned[-1]["summary"]["deleted"] == 1 and pruned[-1]["summary"]["collected"], pruned
+    inspect = ("skopeo inspect --raw --creds push:$(cat /etc/gpupool/registry/push.password) "
+               "docker://")
+    assert labmod.ssh(desc, CONTROLLER, inspect + shlex.quote(undeclared),
+                      timeout=60).returncode != 0
+    _on(desc, CONTROLLER, inspect + shlex.quote(loopback))
     # A node holds the read-only account: its push is refused, as is one with no account,
     # and the writable instance is not reachable from it at all.
     target = f"docker://{plan['registry']}/{plan['images'][0]['repository']}:refused"
@@ -243,4 +271,4 @@ def _registry_proof(desc: Description, first_line: str, tmp_path: Path) -> dict[
     assert proc.returncode == 2 and "not a declared image" in proc.stderr, proc.stderr
     return {"registry_push_s": push_s, "registry_pull_cold_s": pulled["seconds"],
             "registry_pull_cached_s": again["seconds"], "registry_job_s": job_s,
-            "registry_job_cached_s": job_again_s}
+            "registry_job_cached_s": job_again_s, "registry_prune_s": prune_s}
