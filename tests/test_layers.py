@@ -74,8 +74,6 @@ ALLOWED: dict[str, set[str]] = {
     # project (paths); the strategy plugin is Mitogen's and needs nothing of gpupool.
     "inventory_plugins": {"paths", "spec", "render"},
     "strategy_plugins": set(),
-    # Programs a role copies to hosts (roles/*/files/*.py) run under the node's python3.
-    "roles": set(),
     # Benchmarks drive everything (the CLI's start-up included, and the integration tests'
     # helpers); nothing imports them. Not gpupool/__main__.py: importing it runs the CLI
     # and exits.
@@ -173,7 +171,7 @@ ON_HOST: dict[str, tuple[str | None, str | None, set[str], set[str]]] = {
     # (gpupool/lab/burst_image.py). Standard library only.
     "gpupool/lab/fixture_dcgm_exporter": (None, None, set(), set()),
     "gpupool/lab/fixture_imds": (None, None, set(), set()),
-    "roles/slurm/files/gpupool_sacct_apply": ("slurm", None, set(), set()),
+    "gpupool/onhost/sacct_apply": ("slurm", None, set(), set()),
 }
 # Debian's package for each module an on-host program may import (python3-boto3 depends
 # on python3-botocore). A module not here is no Debian package: its import must be
@@ -324,6 +322,13 @@ def _layer_violations(path: Path, modules: set[str], root: Path = ROOT) -> list[
 def test_module_imports_only_its_layer_and_below(path: Path) -> None:
     bad = _layer_violations(path, MODULES)
     assert bad == [], f"{_module(path)} imports {bad} from a layer it may not"
+
+
+def test_programs_for_hosts_live_in_one_place() -> None:
+    """Issue 55: a program a role puts on hosts lives in gpupool/onhost (its role's defaults
+    name it by role_path), never in roles/*/files: one place to find, lint and test them."""
+    assert [str(p.relative_to(ROOT)) for p in SOURCES if p.parts[len(ROOT.parts)] == "roles"] \
+        == []
 
 
 def test_every_layer_has_modules() -> None:

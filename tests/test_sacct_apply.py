@@ -1,4 +1,4 @@
-"""roles/slurm/files/gpupool_sacct_apply.py against a stand-in sacctmgr on PATH (a FIXTURE:
+"""gpupool/onhost/sacct_apply.py against a stand-in sacctmgr on PATH (a FIXTURE:
 it answers the queries the script makes from canned accounting and logs what it is asked to
 change): team limits converge to the plan, including limits the plan no longer holds."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-SCRIPT = ROOT / "roles" / "slurm" / "files" / "gpupool_sacct_apply.py"
+SCRIPT = ROOT / "gpupool" / "onhost" / "sacct_apply.py"
 FAKE = """#!{python}
 import sys
 args = sys.argv[1:]

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Converge Slurm's accounting database to a gpupool accounting plan, idempotently.
+"""Converge Slurm's accounting database to a gpupool accounting plan, idempotently (role slurm
+installs it on the controller as <slurm_lib_dir>/gpupool_sacct_apply.py).
 
 Usage: gpupool_sacct_apply.py PLAN.json --phase base|limits [--check]
   base:   cluster, QOS per task class, accounts per team, user associations, coordinators
