@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpupool.gate.expect import NodeExpect, node_expect
 from gpupool.onhost import image_pull
 from gpupool.render import environment_image, flows, inventory
 from gpupool.spec import loader
@@ -258,3 +259,30 @@ def test_asking_for_nothing_is_a_usage_error(
     assert image_pull.main(["--images-file", str(node / "images.json")]) == 2
     assert image_pull.main(["--images-file", str(node / "images.json"), "--all",
                             "pytorch"]) == 2
+
+
+def test_the_gate_expects_the_declared_images_on_compute_nodes_only(desc: Description) -> None:
+    compute = node_expect(desc, "h100-a1")
+    assert compute.images == tuple(sorted(f"{n}:{i.version}"
+                                          for n, i in desc.environment_images.items()))
+    assert node_expect(desc, "mgmt1").images == ()  # a controller and login node
+    assert NodeExpect.from_json(compute.to_json()) == compute
+    # Facts of an older user-data carry no images: none are expected.
+    older = json.loads(compute.to_json())
+    del older["images"]
+    assert NodeExpect.from_json(json.dumps(older)).images == ()
+    data = _raw()
+    del data["image_registry"]
+    assert node_expect(loader.parse(data, "test"), "h100-a1").images == ()
+
+
+def test_an_image_the_registry_has_not_got_is_absent_not_failed(
+        node: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SKOPEO_FAIL", 'reading manifest 1.4.0 in 10.40.9.10:5000/pool/pytorch: '
+                                      'manifest unknown')
+    rc, [absent] = _pull(node, "pytorch", capsys=capsys)
+    assert rc == 1 and absent["state"] == "absent", absent
+    monkeypatch.setenv("SKOPEO_FAIL", "x509: certificate signed by unknown authority")
+    rc, [failed] = _pull(node, "pytorch", capsys=capsys)
+    assert rc == 1 and failed["state"] == "failed", failed

@@ -76,6 +76,9 @@ class NodeExpect:
     # node the one its image was built on (its facts' `os`); "" where none is known (facts
     # of an older user-data name none: the supported releases alone apply).
     os: str = ""
+    # The environment images a compute node must pull from the pool's registry, NAME:VERSION
+    # as declared; empty where no registry is declared (or not a compute node).
+    images: tuple[str, ...] = ()
 
     @property
     def lab(self) -> bool:
@@ -93,7 +96,7 @@ class NodeExpect:
         return cls(**{**d, "roles": tuple(d["roles"]), "gpu": gpu,
                       "mounts": tuple(MountExpect(**{**m, "options": tuple(m["options"])})
                                       for m in d["mounts"]),
-                      "teams": tuple(d["teams"]),
+                      "teams": tuple(d["teams"]), "images": tuple(d.get("images", ())),
                       "probes": tuple(Probe(**p) for p in d["probes"])})
 
 
@@ -140,6 +143,9 @@ def node_expect(desc: Description, node: str) -> NodeExpect:
         probes=probes,
         ids=desc.ids.model_dump(mode="json"),
         os=desc.node_classes[n.class_].os.value,
+        images=tuple(f"{name}:{image.version}"
+                     for name, image in sorted(desc.environment_images.items()))
+        if compute and desc.image_registry is not None else (),
     )
 
 

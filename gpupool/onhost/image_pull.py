@@ -14,8 +14,9 @@ immutable once declared, so the second start costs nothing; --refresh pulls agai
 
   gpupool-image-pull [--images-file F] [--refresh] [--json] NAME[:VERSION]... | --all
 
-Exit 0: every image is there; 1: a pull or unpack failed (the message names the image); 2:
-an image not declared, or a malformed images file. Standard library only: it runs under
+Exit 0: every image is there; 1: a pull or unpack failed (the message names the image;
+state `absent` where the registry answered that it has no such image: declared, not pushed
+yet), 2: an image not declared, or a malformed images file. Standard library only: it runs under
 the node's python3.
 """
 
@@ -49,6 +50,15 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 class Usage(Exception):
     """A request or an images file this program refuses."""
+
+
+class Absent(RuntimeError):
+    """The registry answers, and has no such image: it is declared but not pushed yet."""
+
+
+# What skopeo says when the registry answers that a repository or tag does not exist (the
+# distribution spec's NAME_UNKNOWN and MANIFEST_UNKNOWN errors).
+ABSENT_RE = re.compile(r"manifest unknown|name unknown", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -129,7 +139,8 @@ def _run(argv: list[str], timeout: int) -> None:
         raise RuntimeError(f"cannot run {argv[0]}: {exc}") from None
     if proc.returncode != 0:
         last = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:] or ["no output"]
-        raise RuntimeError(f"{argv[0]} exited {proc.returncode}: {last[0][:400]}")
+        error = Absent if ABSENT_RE.search(last[0]) else RuntimeError
+        raise error(f"{argv[0]} exited {proc.returncode}: {last[0][:400]}")
 
 
 def cached(catalogue: Catalogue, image: Image) -> bool:
@@ -194,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                 state = "pulled"
         except (RuntimeError, OSError) as exc:
             failed += 1
-            state, detail = "failed", str(exc)
+            state, detail = "absent" if isinstance(exc, Absent) else "failed", str(exc)
         else:
             detail = str(catalogue.bundle_dir / image.key)
         seconds = round(time.monotonic() - start, 2)
@@ -203,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
                               "seconds": seconds, "detail": detail}))
         else:
             print(f"{image.name}:{image.version}: {state} ({seconds} s): {detail}",
-                  file=sys.stderr if state == "failed" else sys.stdout)
+                  file=sys.stdout if state in ("pulled", "cached") else sys.stderr)
     return EXIT_FAILED if failed else EXIT_OK
 
 

@@ -15,6 +15,7 @@ import contextlib
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -52,6 +53,11 @@ def lab13(lab_lock: None, debian13_prepared: tuple[Path, Description, Future[Non
         with contextlib.suppress(Exception):  # up() makes it again, and says what failed
             prepared.result(timeout=PREPARE_TIMEOUT_S)
     labmod.down(desc)
+    # The shared tiers' host folders outlive the hosts: the registry starts empty, as a new
+    # pool's does (the gate's image check is proven before and after the first push).
+    assert desc.image_registry is not None
+    shutil.rmtree(labmod.lab_dir(desc) / "storage" / desc.image_registry.tier
+                  / environment_image.REGISTRY_DIR, ignore_errors=True)
     start = time.monotonic()
     state = labmod.up(desc)
     assert state.ready, state
@@ -67,6 +73,7 @@ def lab13(lab_lock: None, debian13_prepared: tuple[Path, Description, Future[Non
 BUNDLE = "/var/lib/gpupool/oci-bundles/lane-proof"
 BUNDLE_MARKER = "gpupool-lane-proof"
 LAYOUT = "/var/tmp/lane-layout"  # the image's OCI layout, kept to push to the registry
+IMAGE_CHECK = "software.declared_images_pull"  # the gate's check of the declared images
 BUILD_BUNDLE = f"""set -eu
 r=$(mktemp -d); img=$(mktemp -d)
 mkdir -p $r/usr/bin $r/usr/lib $r/usr/lib64 $r/etc $r/proc $r/sys $r/dev $r/tmp $r/run \\
@@ -136,6 +143,11 @@ def test_debian13_converges_idempotently_gates_and_runs_a_gpu_job(
     failed = {r["node"]: r.get("failed") or r.get("error") for r in reports
               if r["verdict"] != "pass"}
     assert not failed, failed
+    # The declared image is not pushed yet: its check says so and holds no node out.
+    pulled = [c for r in reports if r["node"] == GPU_NODE for c in r["checks"]
+              if c["id"] == IMAGE_CHECK]
+    assert [c["status"] for c in pulled] == ["skip"], pulled
+    assert "not in the registry yet" in pulled[0]["message"], pulled
 
     # A job asking one fixture GPU runs through Slurm 24.11 and is handed one.
     start = time.monotonic()
@@ -179,7 +191,7 @@ def test_debian13_converges_idempotently_gates_and_runs_a_gpu_job(
     devices = [d for d in seen["dev"].split() if d.startswith("nvidia")]
     assert devices == [f"nvidia{seen['gpus']}"], inside
 
-    registry = _registry_proof(desc, inside.splitlines()[0], tmp_path)
+    registry = _registry_proof(path, desc, inside.splitlines()[0], tmp_path)
 
     bench.write("debian13_lab", {
         "hosts": len(desc.nodes), "up_s": up_s, "converge_s": first.seconds,
@@ -190,7 +202,8 @@ def test_debian13_converges_idempotently_gates_and_runs_a_gpu_job(
         f"pytest -m integration {bench.debian13_lab.TEST}")
 
 
-def _registry_proof(desc: Description, first_line: str, tmp_path: Path) -> dict[str, float]:
+def _registry_proof(path: Path, desc: Description, first_line: str,
+                    tmp_path: Path) -> dict[str, float]:
     """The declared image through the pool's registry (role image_registry): pushed on the
     registry's host to its loopback instance, refused to a node's credential and to no
     credential, pulled by the GPU node's pull program into a bundle (cold), a job run in
@@ -266,6 +279,12 @@ def _registry_proof(desc: Description, first_line: str, tmp_path: Path) -> dict[
     inside_again = _on(desc, CONTROLLER, f"su - alice -c {shlex.quote(srun)}")
     job_again_s = round(time.monotonic() - start, 1)
     assert inside_again == inside, (inside, inside_again)
+    # Now pushed, the gate's check pulls it (cached) and passes.
+    inv = labmod.inventory_path(desc)
+    [report] = gate_runner.gate(path, [gate_runner.ansible_target(GPU_NODE, inv)], "standard",
+                                tmp_path / "gate-again", suites=("software",))
+    checks = {c["id"]: c for c in report["checks"]}
+    assert checks[IMAGE_CHECK]["status"] == "pass", checks[IMAGE_CHECK]
     # An image the description does not declare is no pull: the program refuses it.
     proc = labmod.ssh(desc, GPU_NODE, "gpupool-image-pull other:1.0.0", timeout=60)
     assert proc.returncode == 2 and "not a declared image" in proc.stderr, proc.stderr

@@ -1,8 +1,10 @@
 """Software checks: every package of the software lock at its pinned version, and held;
-the container runtime leaves the choice of GPUs to the scheduler."""
+the container runtime leaves the choice of GPUs to the scheduler; the declared environment
+images come from the pool's registry into bundles a job can open."""
 
 from __future__ import annotations
 
+import json
 import tomllib
 
 import pytest
@@ -87,3 +89,42 @@ def test_containers_cannot_choose_their_gpus(host, expect: NodeExpect,  # type: 
     measure(got, TOOLKIT_SETTINGS, got == TOOLKIT_SETTINGS,
             problem or f"{TOOLKIT_CONFIG}: {got}, expected {TOOLKIT_SETTINGS}")
 
+
+
+# Role image_registry's pull program on a compute node (gpupool/onhost/image_pull.py).
+IMAGE_PULL = "gpupool-image-pull"
+
+
+@pytest.mark.action(Action.RECONFIGURE)
+def test_declared_images_pull(host, expect: NodeExpect,  # type: ignore[no-untyped-def]
+                              measure: Measure) -> None:
+    """Every declared image comes from the pool's registry into a bundle with its
+    config.json and rootfs (a version already there is kept, so a re-gate costs nothing).
+    An image the registry answers it does not have is declared but not pushed yet: no
+    node could run it, and holding every node out until the first push would keep a new
+    pool from starting, so that alone skips. A registry the node cannot reach, trust or
+    log in to fails."""
+    if not expect.images:
+        pytest.skip("no image registry declared, or not a compute node")
+    run = host.run(f"{IMAGE_PULL} --json --all")
+    states = {}
+    for line in run.stdout.splitlines():
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(item, dict) and isinstance(item.get("image"), str):
+            states[item["image"]] = item
+    got = {i: states.get(i, {}).get("state", "missing") for i in expect.images}
+    if set(got.values()) == {"absent"}:
+        pytest.skip(f"declared, not in the registry yet: {', '.join(expect.images)}")
+    broken = {i: states.get(i, {}).get("detail") or run.stderr.strip()[-200:]
+              for i, state in got.items() if state not in ("pulled", "cached", "absent")}
+    unpacked = {i: host.file(f"{states[i]['detail']}/config.json").exists
+                and host.file(f"{states[i]['detail']}/rootfs").is_directory
+                for i, state in got.items() if state in ("pulled", "cached")}
+    measure(got, {i: "pulled or cached" for i in expect.images},
+            not broken and all(unpacked.values()),
+            f"images not pulled: {broken}" if broken
+            else f"bundles without config.json or rootfs: "
+                 f"{[i for i, ok in unpacked.items() if not ok]}")
