@@ -204,7 +204,7 @@ def test_a_failed_pull_leaves_the_bundle_as_it_was(
     monkeypatch.setenv("SKOPEO_FAIL", "unauthorized: authentication required")
     rc, [failed] = _pull(node, "--refresh", "pytorch", capsys=capsys)
     assert rc == 1 and failed["state"] == "failed"
-    assert "skopeo exited 1: unauthorized" in failed["detail"]
+    assert "skopeo copy exited 1: unauthorized" in failed["detail"]
     assert (node / "bundles" / "pytorch-1.4.0" / image_pull.MARKER).read_text() == marker
 
 

@@ -154,9 +154,11 @@ ON_HOST: dict[str, tuple[str | None, str | None, set[str], set[str]]] = {
     "gpupool/onhost/oci_runtime": ("slurm_containers", "slurm_containers_packages", set(),
                                    set()),
     "gpupool/onhost/image_pull": ("image_registry", "image_registry__client_packages", set(),
-                                  set()),
+                                  {"tool_run"}),
+    # Copied beside image_pull and registry_prune by their role.
+    "gpupool/onhost/tool_run": ("image_registry", None, set(), set()),
     "gpupool/onhost/registry_prune": ("image_registry", "image_registry__server_packages",
-                                      set(), set()),
+                                      set(), {"tool_run"}),
     # Copied beside checkpoint_age and slurm_exporter by their roles; the gate runs it too.
     "gpupool/onhost/prom_textfile": (None, None, set(), set()),
     # The gate copies the burn-in to the node under test; PyTorch is the node's own, if

@@ -27,12 +27,17 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+# A tool that hangs fails the pull, with what it said last (see there).
+try:  # in the package: the tests, the lab's control host
+    from gpupool.onhost import tool_run
+except ImportError:  # on the node, where role image_registry copies it beside this file
+    import tool_run  # type: ignore[no-redef]
 
 IMAGES_FILE = Path("/etc/gpupool/images.json")
 MARKER = ".gpupool-image.json"  # in a bundle: what it was unpacked from
@@ -131,16 +136,9 @@ def select(catalogue: Catalogue, wanted: list[str], every: bool) -> list[Image]:
 
 def _run(argv: list[str], timeout: int) -> None:
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                              check=False)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"{argv[0]} did not finish within {timeout} s") from None
-    except OSError as exc:
-        raise RuntimeError(f"cannot run {argv[0]}: {exc}") from None
-    if proc.returncode != 0:
-        last = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:] or ["no output"]
-        error = Absent if ABSENT_RE.search(last[0]) else RuntimeError
-        raise error(f"{argv[0]} exited {proc.returncode}: {last[0][:400]}")
+        tool_run.run(argv, timeout)
+    except tool_run.ToolFailed as exc:
+        raise (Absent(str(exc)) if ABSENT_RE.search(exc.last) else exc) from None
 
 
 def cached(catalogue: Catalogue, image: Image) -> bool:

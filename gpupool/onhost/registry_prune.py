@@ -32,7 +32,6 @@ import base64
 import json
 import re
 import ssl
-import subprocess
 import sys
 import urllib.error
 import urllib.parse
@@ -41,6 +40,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+# A tool that hangs fails the collection, with what it said last (see there).
+try:  # in the package: the tests, the lab's control host
+    from gpupool.onhost import tool_run
+except ImportError:  # on the registry's host, where its role copies it beside this file
+    import tool_run  # type: ignore[no-redef]
 
 DECLARED_FILE = Path("/etc/gpupool/registry/declared.json")
 SERVICE = "gpupool-registry-push.service"
@@ -319,15 +324,9 @@ def prune(registry: Registry, declared: Declared, dry_run: bool) -> Outcome:
 
 def _run(argv: list[str], timeout: int) -> None:
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                              check=False)
-    except subprocess.TimeoutExpired:
-        raise Failed(f"{argv[0]} {argv[1]} did not finish within {timeout} s") from None
-    except OSError as exc:
-        raise Failed(f"cannot run {argv[0]}: {exc}") from None
-    if proc.returncode != 0:
-        last = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:] or ["no output"]
-        raise Failed(f"{argv[0]} {argv[1]} exited {proc.returncode}: {last[0][:400]}")
+        tool_run.run(argv, timeout)
+    except tool_run.ToolFailed as exc:
+        raise Failed(str(exc)) from None
 
 
 def collect(config_file: Path) -> None:
