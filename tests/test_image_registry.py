@@ -22,7 +22,7 @@ import yaml
 from gpupool.gate.expect import NodeExpect, node_expect
 from gpupool.onhost import image_pull
 from gpupool.render import environment_image, flows, inventory
-from gpupool.spec import loader
+from gpupool.spec import catalog, loader
 from gpupool.spec.errors import DescriptionError
 from gpupool.spec.model import Description
 from tests.conftest import raw_stack
@@ -286,3 +286,10 @@ def test_an_image_the_registry_has_not_got_is_absent_not_failed(
     monkeypatch.setenv("SKOPEO_FAIL", "x509: certificate signed by unknown authority")
     rc, [failed] = _pull(node, "pytorch", capsys=capsys)
     assert rc == 1 and failed["state"] == "failed", failed
+
+
+def test_the_monitoring_ports_validation_keeps_free_are_the_roles() -> None:
+    defaults = yaml.safe_load((Path(__file__).parents[1] / "roles" / "monitoring" / "defaults"
+                               / "main.yml").read_text())
+    assert (defaults["monitoring_prometheus_port"], defaults["monitoring_alertmanager_port"]) \
+        == (catalog.PROMETHEUS_PORT, catalog.ALERTMANAGER_PORT)

@@ -43,21 +43,32 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from gpupool.spec.catalog import BURST_SEGMENT, MANAGEMENT_SEGMENT, SRUN_PORTS, closed_to_all_flows
+from gpupool.spec.catalog import (
+    API_SERVER_PORT,
+    BGP_PORT,
+    BURST_SEGMENT,
+    CILIUM_HEALTH_PORT,
+    ETCD_PORTS,
+    KUBELET_PORT,
+    MANAGEMENT_SEGMENT,
+    SRUN_PORTS,
+    VXLAN_PORT,
+    closed_to_all_flows,
+)
 from gpupool.spec.model import Cni, Description, NodeRole
 
 ALL_PORTS = "all"
-# Kubernetes' ports (kubernetes.io/docs/reference/networking/ports-and-protocols/).
-API_SERVER = 6443
-KUBELET = 10250
-ETCD = (2379, 2380)  # client, peer
+# Kubernetes' ports (gpupool/spec/catalog.py, which validation reads too).
+API_SERVER = API_SERVER_PORT
+KUBELET = KUBELET_PORT
+ETCD = ETCD_PORTS
 # The pod network's node-to-node ports, per CNI: flannel's and Cilium's VXLAN use the
 # Linux default port 8472 (not IANA's 4789); Calico here routes pods natively over BGP
 # (no IP-in-IP or VXLAN encapsulation); Cilium's agents health-check each other on 4240.
 CNI_PORTS: dict[Cni, tuple[tuple[str, tuple[int, ...]], ...]] = {
-    Cni.FLANNEL: (("udp", (8472,)),),
-    Cni.CALICO: (("tcp", (179,)),),
-    Cni.CILIUM: (("udp", (8472,)), ("tcp", (4240,))),
+    Cni.FLANNEL: (("udp", (VXLAN_PORT,)),),
+    Cni.CALICO: (("tcp", (BGP_PORT,)),),
+    Cni.CILIUM: (("udp", (VXLAN_PORT,)), ("tcp", (CILIUM_HEALTH_PORT,))),
 }
 KUBERNETES_NODES = "kubernetes-nodes"
 KUBERNETES_CONTROL_PLANE = "kubernetes-control-plane"

@@ -222,6 +222,21 @@ BURST_SEGMENT = "training"
 SRUN_PORTS = (60001, 63000)
 MANAGEMENT_PLANE_PORTS = (SSH_PORT, SLURMCTLD_PORT, SLURMD_PORT, SLURMDBD_PORT,
                           NODE_EXPORTER_PORT, DCGM_EXPORTER_PORT)
+# Prometheus and Alertmanager on the controller (roles/monitoring/defaults/main.yml
+# monitoring_prometheus_port and monitoring_alertmanager_port; tests/test_image_registry.py
+# holds them in step).
+PROMETHEUS_PORT = 9090
+ALERTMANAGER_PORT = 9093
+# Kubernetes' ports (kubernetes.io/docs/reference/networking/ports-and-protocols/), and the
+# pod networks' node-to-node ports (gpupool/render/flows.py CNI_PORTS says which CNI uses
+# which): flannel's and Cilium's VXLAN on the Linux default 8472 (not IANA's 4789),
+# Calico's BGP, Cilium's agents' health checks.
+API_SERVER_PORT = 6443
+KUBELET_PORT = 10250
+ETCD_PORTS = (2379, 2380)  # client, peer
+VXLAN_PORT = 8472
+BGP_PORT = 179
+CILIUM_HEALTH_PORT = 4240
 
 
 def closed_to_all_flows(source: str) -> tuple[int, ...]:

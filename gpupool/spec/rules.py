@@ -15,20 +15,27 @@ from itertools import combinations
 
 from gpupool.spec import budgets, cuda_driver, floors, gpu_detection, mig, os_release
 from gpupool.spec.catalog import (
+    ALERTMANAGER_PORT,
+    API_SERVER_PORT,
+    BGP_PORT,
     BUCKET_NAME_LENGTH,
     BUCKET_RESERVED_PREFIXES,
     BURST_SEGMENT,
+    CILIUM_HEALTH_PORT,
     CONTROLLER_BACKUP_PREFIX,
     DCGM_EXPORTER_PORT,
     DNS_LABEL_MAX,
+    ETCD_PORTS,
     FIXED_IN,
     GPU_MODELS,
     INSTANCE_TYPES,
+    KUBELET_PORT,
     MANAGEMENT_PLANE_PORTS,
     MANAGEMENT_SEGMENT,
     MIG_GEOMETRIES,
     MOUNT_OPTIONS,
     NODE_EXPORTER_PORT,
+    PROMETHEUS_PORT,
     RESERVED_BUCKET_PREFIXES,
     RESERVED_NAMESPACES,
     RESERVED_SLURM_NAMES,
@@ -723,8 +730,9 @@ def environment_image_cuda(desc: Description) -> Iterator[Problem]:
 # Ports a registry may not take on its host: the management plane's, srun's range, and
 # what the monitoring role (Prometheus, Alertmanager) and a Kubernetes node (API server,
 # kubelet, etcd, the pod networks' BGP and health ports) listen on.
-REGISTRY_TAKEN_PORTS = frozenset({*MANAGEMENT_PLANE_PORTS, 9090, 9093, 6443, 10250, 2379, 2380,
-                                  179, 4240, *range(SRUN_PORTS[0], SRUN_PORTS[1] + 1)})
+REGISTRY_TAKEN_PORTS = frozenset({
+    *MANAGEMENT_PLANE_PORTS, PROMETHEUS_PORT, ALERTMANAGER_PORT, API_SERVER_PORT, KUBELET_PORT,
+    *ETCD_PORTS, BGP_PORT, CILIUM_HEALTH_PORT, *range(SRUN_PORTS[0], SRUN_PORTS[1] + 1)})
 GIB_PER_TIB = 1024
 
 
